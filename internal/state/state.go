@@ -1,0 +1,295 @@
+// Package state is msgq's message state machine: the states a logical send
+// can be in, their ranks, the events that move a row, and the one transition
+// function every store writes through. It does no I/O; see MACHINE.md beside
+// this file for the drawing.
+package state
+
+import (
+	"errors"
+	"fmt"
+)
+
+// State is where one logical send stands.
+type State string
+
+// The states. Keep this set small: detail belongs in Reason and in history.
+const (
+	// None is the state before a row exists; only Enqueue leaves it.
+	None      State = ""
+	Queued    State = "queued"
+	Sending   State = "sending"
+	Unknown   State = "unknown"
+	Sent      State = "sent"
+	Failed    State = "failed"
+	Delivered State = "delivered"
+	Read      State = "read"
+)
+
+// All lists every state a row can be in, in rank order.
+var All = []State{Queued, Sending, Unknown, Sent, Failed, Delivered, Read}
+
+// Rank orders states for provider evidence, which only moves a row forward.
+// sending and unknown share a rank: both mean "a call may be out there".
+// failed ranks below delivered so that a stale failure never overwrites
+// a delivery the customer already has.
+func (s State) Rank() int {
+	switch s {
+	case Queued:
+		return 0
+	case Sending, Unknown:
+		return 1
+	case Sent:
+		return 2
+	case Failed:
+		return 3
+	case Delivered:
+		return 4
+	case Read:
+		return 5
+	}
+	return -1
+}
+
+// Valid reports whether s is one of the row states (None is not).
+func (s State) Valid() bool { return s.Rank() >= 0 }
+
+// Finished reports whether drain is done with the row: it will never be
+// claimed again. Only provider evidence may still move it (forward).
+func (s State) Finished() bool {
+	switch s {
+	case Sent, Failed, Delivered, Read:
+		return true
+	}
+	return false
+}
+
+// InFlight reports whether a provider call may have gone out and nobody
+// knows its result yet: the rows an operator must be shown.
+func (s State) InFlight() bool { return s == Sending || s == Unknown }
+
+// Parse returns the state named s, or an error naming the valid ones.
+func Parse(s string) (State, error) {
+	st := State(s)
+	if !st.Valid() {
+		return None, fmt.Errorf("unknown state %q (want one of queued, sending, unknown, sent, failed, delivered, read)", s)
+	}
+	return st, nil
+}
+
+// Reason says why a row is failed. It is empty for every other state.
+type Reason string
+
+// The failure reasons.
+const (
+	NoReason  Reason = ""
+	Permanent Reason = "permanent" // the provider refused the message for good
+	Expired   Reason = "expired"   // the deadline (expires_at) passed before it could go out
+	Exhausted Reason = "exhausted" // max attempts reached with retryable answers
+	Canceled  Reason = "canceled"  // an operator stopped it before it went out
+	Resolved  Reason = "resolved"  // an operator decided an uncertain send failed
+)
+
+// Valid reports whether r is a known failure reason (not NoReason).
+func (r Reason) Valid() bool {
+	switch r {
+	case Permanent, Expired, Exhausted, Canceled, Resolved:
+		return true
+	}
+	return false
+}
+
+// Kind names what happened to a row.
+type Kind string
+
+// The event kinds. Source of each in brackets.
+const (
+	Enqueue      Kind = "enqueue"       // [send] a new row is created
+	Claim        Kind = "claim"         // [drain] the row is leased for a provider call
+	Accept       Kind = "accept"        // [drain] the provider accepted the call
+	Retry        Kind = "retry"         // [drain] a definite retryable answer: the call provably did not go through, or the provider dedupes by key
+	Ambiguous    Kind = "ambiguous"     // [drain] the call may have gone through and the provider cannot dedupe
+	Fail         Kind = "fail"          // [drain] permanent refusal, attempts exhausted, or deadline passed (Reason says which)
+	Cancel       Kind = "cancel"        // [operator] stop a row that has not gone out
+	LeaseExpired Kind = "lease_expired" // [reconcile] the lease holder vanished mid-call
+	LeaseRequeue Kind = "lease_requeue" // [reconcile] as LeaseExpired, for a provider that dedupes by key
+	Evidence     Kind = "evidence"      // [webhook, reconcile] the provider reports a status
+	Resolve      Kind = "resolve"       // [operator] a verdict on an uncertain row
+)
+
+// Event is one thing that happened to a row.
+type Event struct {
+	Kind Kind
+	// Status is the reported status for Evidence (sent, delivered, read or
+	// failed) and the verdict for Resolve (sent or failed).
+	Status State
+	// Reason is the failure reason for Fail (permanent, expired or exhausted).
+	Reason Reason
+}
+
+func (e Event) String() string {
+	switch {
+	case e.Status != None:
+		return fmt.Sprintf("%s(%s)", e.Kind, e.Status)
+	case e.Reason != NoReason:
+		return fmt.Sprintf("%s(%s)", e.Kind, e.Reason)
+	}
+	return string(e.Kind)
+}
+
+// Result is what a transition decides.
+type Result struct {
+	To     State
+	Reason Reason // set when To is Failed
+	// Applied is false when the event is recorded in history but does not
+	// change the row: stale evidence (a late "sent" after "delivered", a
+	// "failed" after "delivered") or a repeat of the current status.
+	Applied bool
+}
+
+// ErrRefused is matched by every *RefusedError.
+var ErrRefused = errors.New("transition refused")
+
+// RefusedError is a transition the machine does not allow.
+type RefusedError struct {
+	From  State
+	Event Event
+	Why   string
+}
+
+func (e *RefusedError) Error() string {
+	from := string(e.From)
+	if e.From == None {
+		from = "(none)"
+	}
+	return fmt.Sprintf("cannot %s a row in state %s: %s", e.Event, from, e.Why)
+}
+
+// Is makes errors.Is(err, ErrRefused) true.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+func refuse(from State, ev Event, why string) (Result, error) {
+	return Result{}, &RefusedError{From: from, Event: ev, Why: why}
+}
+
+func move(to State) (Result, error) { return Result{To: to, Applied: true}, nil }
+
+func fail(r Reason) (Result, error) { return Result{To: Failed, Reason: r, Applied: true}, nil }
+
+// Transition is the state machine: the only place that decides where a row
+// in state from goes on event ev. Stores call it with the state they read and
+// write the result conditionally on that state still holding.
+func Transition(from State, ev Event) (Result, error) {
+	if from != None && !from.Valid() {
+		return refuse(from, ev, "unknown state")
+	}
+	if from == None && ev.Kind != Enqueue {
+		return refuse(from, ev, "the row does not exist")
+	}
+	switch ev.Kind {
+	case Enqueue:
+		if from != None {
+			return refuse(from, ev, "the row already exists")
+		}
+		return move(Queued)
+
+	case Claim:
+		if from != Queued {
+			return refuse(from, ev, "only queued rows are claimed")
+		}
+		return move(Sending)
+
+	case Accept:
+		if from != Sending {
+			return refuse(from, ev, "only the lease holder of a sending row records the provider's answer")
+		}
+		return move(Sent)
+
+	case Retry:
+		// The one backward move: the call provably did not go through (or
+		// the provider dedupes by key), so sending it again cannot duplicate.
+		if from != Sending {
+			return refuse(from, ev, "only a sending row is put back for a retry")
+		}
+		return move(Queued)
+
+	case Ambiguous:
+		if from != Sending {
+			return refuse(from, ev, "only a sending row can have an ambiguous answer")
+		}
+		return move(Unknown)
+
+	case Fail:
+		switch ev.Reason {
+		case Permanent, Exhausted:
+			if from != Sending {
+				return refuse(from, ev, "only the answer to a call fails a row as "+string(ev.Reason))
+			}
+		case Expired:
+			// A queued row past its deadline fails without a call; a sending
+			// row whose retry would land past it fails on the answer.
+			if from != Queued && from != Sending {
+				return refuse(from, ev, "only a queued or sending row can expire")
+			}
+		default:
+			return refuse(from, ev, "fail needs reason permanent, expired or exhausted")
+		}
+		return fail(ev.Reason)
+
+	case Cancel:
+		if from != Queued {
+			return refuse(from, ev, "only a queued row has certainly not gone out")
+		}
+		return fail(Canceled)
+
+	case LeaseExpired:
+		if from != Sending {
+			return refuse(from, ev, "only a sending row has a lease")
+		}
+		return move(Unknown)
+
+	case LeaseRequeue:
+		if from != Sending {
+			return refuse(from, ev, "only a sending row has a lease")
+		}
+		return move(Queued)
+
+	case Evidence:
+		return evidence(from, ev)
+
+	case Resolve:
+		if from != Unknown && from != Sending {
+			// The store also checks that a sending row's lease has expired:
+			// a live lease means a drain still owns the answer.
+			return refuse(from, ev, "only an unknown or abandoned sending row needs a verdict")
+		}
+		switch ev.Status {
+		case Sent:
+			return move(Sent)
+		case Failed:
+			return fail(Resolved)
+		}
+		return refuse(from, ev, "a verdict is sent or failed")
+	}
+	return refuse(from, ev, "unknown event")
+}
+
+// evidence applies a provider-reported status forward-only by rank.
+func evidence(from State, ev Event) (Result, error) {
+	switch ev.Status {
+	case Sent, Delivered, Read:
+	case Failed:
+		// A provider failure is the provider refusing the message.
+		if from.Rank() < Failed.Rank() {
+			return fail(Permanent)
+		}
+		return Result{To: from}, nil
+	default:
+		return refuse(from, ev, "evidence is sent, delivered, read or failed")
+	}
+	if ev.Status.Rank() > from.Rank() {
+		return move(ev.Status)
+	}
+	// Stale or repeated: recorded, not applied. A late "sent" never
+	// overwrites "delivered"; a repeat "delivered" changes nothing.
+	return Result{To: from}, nil
+}
