@@ -139,7 +139,7 @@ func (e Event) String() string {
 // Result is what a transition decides.
 type Result struct {
 	To     State
-	Reason Reason // set when To is Failed
+	Reason Reason // set when Applied and To is Failed (a not-applied result keeps the row's own reason)
 	// Applied is false when the event is recorded in history but does not
 	// change the row: stale evidence (a late "sent" after "delivered", a
 	// "failed" after "delivered") or a repeat of the current status.

@@ -1,0 +1,124 @@
+package store
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+)
+
+// ValidKey reports whether k is a usable idempotency key: 1 to 64 of
+// A-Za-z0-9._:- (the set idempotent HTTP APIs accept, so the key can be
+// passed to the provider as is).
+func ValidKey(k string) bool {
+	if len(k) < 1 || len(k) > 64 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '.' || c == '_' || c == ':' || c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// ValidE164 reports whether s looks like an E.164 number: "+" and 8 to 15
+// digits. Full validation (country rules) is the caller's job on input.
+func ValidE164(s string) bool {
+	if len(s) < 8 || len(s) > 16 || s[0] != '+' || s[1] == '0' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// Normalize fills defaults (tenant, lane) in place.
+func (p *EnqueueParams) Normalize() {
+	if p.Tenant == "" {
+		p.Tenant = DefaultTenant
+	}
+	if p.Lane == "" {
+		p.Lane = LaneBulk
+	}
+}
+
+// Validate checks p as a store would accept it, relative to now. Errors are
+// *InvalidError naming the field.
+func (p *EnqueueParams) Validate(now time.Time) error {
+	switch {
+	case !ValidKey(p.Tenant):
+		return &InvalidError{"tenant", "must be 1 to 64 characters of A-Za-z0-9._:-"}
+	case p.Key == "":
+		return &InvalidError{"key", "is required"}
+	case !ValidKey(p.Key):
+		return &InvalidError{"key", "must be 1 to 64 characters of A-Za-z0-9._:- (got " + quoteShort(p.Key) + ")"}
+	case !ValidE164(p.To):
+		return &InvalidError{"to", "must be an E.164 number like +15551234567 (got " + quoteShort(p.To) + ")"}
+	case p.Channel != ChannelWhatsApp && p.Channel != ChannelSMS:
+		return &InvalidError{"channel", "must be whatsapp or sms (got " + quoteShort(p.Channel) + ")"}
+	case p.Identity == "":
+		return &InvalidError{"identity", "is required"}
+	case p.Lane != LaneReply && p.Lane != LaneBulk:
+		return &InvalidError{"lane", "must be reply or bulk (got " + quoteShort(p.Lane) + ")"}
+	}
+	pl := p.Payload
+	switch {
+	case pl.Text != "" && pl.Template != "":
+		return &InvalidError{"text", "cannot be combined with a template: send one or the other"}
+	case pl.Text == "" && pl.Template == "":
+		return &InvalidError{"payload", "needs a template or text"}
+	case pl.Text != "" && (pl.Lang != "" || len(pl.Params) > 0):
+		return &InvalidError{"text", "takes no language or parameters (those belong to a template)"}
+	case pl.FallbackTemplate != "" && pl.Text == "":
+		return &InvalidError{"fallback_template", "only applies to free-form text"}
+	}
+	if !p.ExpiresAt.IsZero() {
+		if !p.ExpiresAt.After(now) {
+			return &InvalidError{"expires_at", "is in the past (" + p.ExpiresAt.UTC().Format(time.RFC3339) + ")"}
+		}
+		if !p.NotBefore.IsZero() && !p.ExpiresAt.After(p.NotBefore) {
+			return &InvalidError{"expires_at", "is not after not_before: the message could never go out"}
+		}
+	}
+	return nil
+}
+
+func quoteShort(s string) string {
+	if len(s) > 70 {
+		s = s[:70] + "..."
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// BodyHash is the hash of a send's canonical content: recipient, channel,
+// identity and payload. Same key and same hash is a replay; same key and
+// another hash is a conflict. Purpose, lane, ref and timing are not content:
+// changing them on a replay does not make it a different message.
+func (p *EnqueueParams) BodyHash() string {
+	// A struct marshals its fields in declaration order, so this encoding
+	// is canonical; never reorder these fields (stored hashes depend on it).
+	b, _ := json.Marshal(struct {
+		To       string  `json:"to"`
+		Channel  string  `json:"channel"`
+		Identity string  `json:"identity"`
+		Payload  Payload `json:"payload"`
+	}{p.To, p.Channel, p.Identity, canonicalPayload(p.Payload)})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func canonicalPayload(p Payload) Payload {
+	if len(p.Params) == 0 {
+		p.Params = nil
+	}
+	return p
+}

@@ -1,0 +1,498 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// insertChunk is the number of rows one multi-row INSERT carries: 14
+// parameters a row keeps a full chunk far below SQLite's 32,766 limit while
+// amortising the statement's per-execution cost.
+const insertChunk = 256
+
+const messageCols = `id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
+	payload, state, reason, attempts, next_attempt_at, expires_at, lease_owner, lease_until,
+	provider_id, last_error, resend_of, resolution, created_at, updated_at`
+
+// insertCols are the columns an enqueue sets; the rest take their defaults.
+const insertCols = `id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
+	payload, state, next_attempt_at, expires_at, resend_of, created_at, updated_at`
+
+const insertColN = 17
+
+const historyCols = `message_id, from_state, to_state, reason, event, applied, source, detail, at`
+
+const historyColN = 9
+
+func placeholders(rows, cols int) string {
+	one := "(" + strings.TrimSuffix(strings.Repeat("?,", cols), ",") + ")"
+	return strings.TrimSuffix(strings.Repeat(one+",", rows), ",")
+}
+
+func insertMessagesSQL(n int) string {
+	return "INSERT INTO messages (" + insertCols + ") VALUES " + placeholders(n, insertColN) +
+		" ON CONFLICT (tenant, key) DO NOTHING RETURNING id"
+}
+
+func insertHistorySQL(n int) string {
+	return "INSERT INTO history (" + historyCols + ") VALUES " + placeholders(n, historyColN)
+}
+
+// MessageEnqueue creates one row or finds its replay.
+func (s *Store) MessageEnqueue(ctx context.Context, p *store.EnqueueParams) (*store.EnqueueResult, error) {
+	res, err := s.MessageEnqueueMany(ctx, []store.EnqueueParams{*p})
+	if err != nil {
+		return nil, err
+	}
+	if res[0].Err != nil {
+		return nil, res[0].Err
+	}
+	return &res[0], nil
+}
+
+type pending struct {
+	idx  int
+	msg  *store.Message
+	hash string
+}
+
+// MessageEnqueueMany writes a batch in one transaction. The unique index
+// decides which rows are new (ON CONFLICT DO NOTHING RETURNING id); every
+// other row is looked up afterwards, inside the same write transaction, and
+// compared by body hash.
+func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams) ([]store.EnqueueResult, error) {
+	now := s.clock()
+	results := make([]store.EnqueueResult, len(ps))
+	var rows []pending
+	for i := range ps {
+		p := ps[i]
+		p.Normalize()
+		if err := p.Validate(now); err != nil {
+			results[i].Err = err
+			continue
+		}
+		rows = append(rows, pending{idx: i, msg: newMessage(&p, now), hash: p.BodyHash()})
+	}
+	if len(rows) == 0 {
+		return results, nil
+	}
+
+	// Full-size statements are prepared (once per store) before the
+	// transaction takes the single writer connection; odd sizes are
+	// prepared inside it.
+	if len(rows) >= insertChunk {
+		for _, q := range []string{insertMessagesSQL(insertChunk), insertHistorySQL(insertChunk)} {
+			if _, err := s.stmt(ctx, q); err != nil {
+				return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+			}
+		}
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+	}
+	defer tx.Rollback()
+
+	inserted := make(map[string]bool, len(rows))
+	var newRows []*store.Message
+	for start := 0; start < len(rows); start += insertChunk {
+		chunk := rows[start:min(start+insertChunk, len(rows))]
+		args := make([]any, 0, len(chunk)*insertColN)
+		for _, r := range chunk {
+			m := r.msg
+			payload, _ := json.Marshal(m.Payload)
+			var exp time.Time
+			if m.ExpiresAt != nil {
+				exp = *m.ExpiresAt
+			}
+			args = append(args, m.ID, m.Tenant, m.Key, m.BodyHash, m.To, m.Channel, m.Identity,
+				m.Purpose, m.TriggerRef, m.Lane, string(payload), string(m.State),
+				micros(m.NextAttemptAt), nullMicros(exp), m.ResendOf, micros(now), micros(now))
+		}
+		st, err := s.txStmt(ctx, tx, insertMessagesSQL(len(chunk)))
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+		}
+		rs, err := st.QueryContext(ctx, args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+		}
+		for rs.Next() {
+			var id string
+			if err := rs.Scan(&id); err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+			}
+			inserted[id] = true
+		}
+		if err := rs.Close(); err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+		}
+	}
+
+	var others []pending
+	for _, r := range rows {
+		if inserted[r.msg.ID] {
+			newRows = append(newRows, r.msg)
+			results[r.idx] = store.EnqueueResult{Message: r.msg}
+		} else {
+			others = append(others, r)
+		}
+	}
+	if err := s.insertCreationHistory(ctx, tx, newRows, now); err != nil {
+		return nil, err
+	}
+	if len(others) > 0 {
+		existing, err := s.lookupKeys(ctx, tx, others)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range others {
+			m := existing[r.msg.Tenant+"\x00"+r.msg.Key]
+			switch {
+			case m == nil:
+				// The unique index refused the row, so it exists.
+				return nil, fmt.Errorf("sqlite: enqueue: key %q neither inserted nor found", r.msg.Key)
+			case m.BodyHash == r.hash:
+				results[r.idx] = store.EnqueueResult{Message: m, Replayed: true}
+			default:
+				results[r.idx] = store.EnqueueResult{Err: &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: m.ID}}
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue: commit: %w", err)
+	}
+	return results, nil
+}
+
+// newMessage is the row an enqueue creates, before it is written.
+func newMessage(p *store.EnqueueParams, now time.Time) *store.Message {
+	res, err := state.Transition(state.None, state.Event{Kind: state.Enqueue})
+	if err != nil {
+		panic(err) // the machine always admits a new row
+	}
+	next := now
+	if p.NotBefore.After(now) {
+		next = p.NotBefore.UTC().Truncate(store.Resolution)
+	}
+	var exp *time.Time
+	if !p.ExpiresAt.IsZero() {
+		e := p.ExpiresAt.UTC().Truncate(store.Resolution)
+		exp = &e
+	}
+	payload := p.Payload
+	if len(payload.Params) == 0 {
+		payload.Params = nil
+	}
+	return &store.Message{
+		ID: newID(), Tenant: p.Tenant, Key: p.Key, BodyHash: p.BodyHash(), To: p.To,
+		Channel: p.Channel, Identity: p.Identity, Purpose: p.Purpose, TriggerRef: p.TriggerRef,
+		Lane: p.Lane, Payload: &payload, State: res.To, NextAttemptAt: next, ExpiresAt: exp,
+		ResendOf: p.ResendOf, CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+func (s *Store) insertCreationHistory(ctx context.Context, tx *sql.Tx, ms []*store.Message, now time.Time) error {
+	for start := 0; start < len(ms); start += insertChunk {
+		chunk := ms[start:min(start+insertChunk, len(ms))]
+		args := make([]any, 0, len(chunk)*historyColN)
+		for _, m := range chunk {
+			args = append(args, m.ID, string(state.None), string(m.State), "", string(state.Enqueue), 1,
+				store.SourceSend, "", micros(now))
+		}
+		st, err := s.txStmt(ctx, tx, insertHistorySQL(len(chunk)))
+		if err != nil {
+			return fmt.Errorf("sqlite: enqueue history: %w", err)
+		}
+		if _, err := st.ExecContext(ctx, args...); err != nil {
+			return fmt.Errorf("sqlite: enqueue history: %w", err)
+		}
+	}
+	return nil
+}
+
+// lookupKeys reads the existing rows for the (tenant, key) pairs of ps.
+func (s *Store) lookupKeys(ctx context.Context, tx *sql.Tx, ps []pending) (map[string]*store.Message, error) {
+	out := make(map[string]*store.Message, len(ps))
+	const chunk = 400
+	for start := 0; start < len(ps); start += chunk {
+		part := ps[start:min(start+chunk, len(ps))]
+		args := make([]any, 0, 2*len(part))
+		for _, p := range part {
+			args = append(args, p.msg.Tenant, p.msg.Key)
+		}
+		q := "SELECT " + messageCols + " FROM messages WHERE (tenant, key) IN (VALUES " + placeholders(len(part), 2) + ")"
+		rs, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue lookup: %w", err)
+		}
+		for rs.Next() {
+			m, err := scanMessage(rs)
+			if err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("sqlite: enqueue lookup: %w", err)
+			}
+			out[m.Tenant+"\x00"+m.Key] = m
+		}
+		if err := rs.Close(); err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue lookup: %w", err)
+		}
+	}
+	return out, nil
+}
+
+type scanner interface{ Scan(...any) error }
+
+func scanMessage(sc scanner) (*store.Message, error) {
+	var (
+		m                                 store.Message
+		payload                           sql.NullString
+		st, reason                        string
+		next, created, updated            int64
+		expires, leaseUntil               sql.NullInt64
+	)
+	err := sc.Scan(&m.ID, &m.Tenant, &m.Key, &m.BodyHash, &m.To, &m.Channel, &m.Identity, &m.Purpose,
+		&m.TriggerRef, &m.Lane, &payload, &st, &reason, &m.Attempts, &next, &expires, &m.LeaseOwner,
+		&leaseUntil, &m.ProviderID, &m.LastError, &m.ResendOf, &m.Resolution, &created, &updated)
+	if err != nil {
+		return nil, err
+	}
+	if payload.Valid {
+		var p store.Payload
+		if err := json.Unmarshal([]byte(payload.String), &p); err != nil {
+			return nil, fmt.Errorf("message %s: payload: %w", m.ID, err)
+		}
+		m.Payload = &p
+	}
+	m.State, m.Reason = state.State(st), state.Reason(reason)
+	m.NextAttemptAt, m.CreatedAt, m.UpdatedAt = fromMicros(next), fromMicros(created), fromMicros(updated)
+	m.ExpiresAt, m.LeaseUntil = fromNullMicros(expires), fromNullMicros(leaseUntil)
+	return &m, nil
+}
+
+// MessageGet finds a row by id, or else by key within tenant.
+func (s *Store) MessageGet(ctx context.Context, tenant, ref string) (*store.Message, error) {
+	if tenant == "" {
+		tenant = store.DefaultTenant
+	}
+	m, err := s.getOne(ctx, s.r, "SELECT "+messageCols+" FROM messages WHERE id = ?", ref)
+	if errors.Is(err, store.ErrNotFound) {
+		m, err = s.getOne(ctx, s.r, "SELECT "+messageCols+" FROM messages WHERE tenant = ? AND key = ?", tenant, ref)
+	}
+	return m, err
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+func (s *Store) getOne(ctx context.Context, db querier, q string, args ...any) (*store.Message, error) {
+	m, err := scanMessage(db.QueryRowContext(ctx, q, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: get message: %w", err)
+	}
+	return m, nil
+}
+
+// MessageList returns filtered rows, newest first.
+func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.Message, error) {
+	var where []string
+	var args []any
+	if p.Tenant != "" {
+		where, args = append(where, "tenant = ?"), append(args, p.Tenant)
+	}
+	if p.State != state.None {
+		if !p.State.Valid() {
+			return nil, &store.InvalidError{Field: "state", Msg: fmt.Sprintf("unknown state %q", p.State)}
+		}
+		where, args = append(where, "state = ?"), append(args, string(p.State))
+	}
+	if p.To != "" {
+		where, args = append(where, "recipient = ?"), append(args, p.To)
+	}
+	if p.Purpose != "" {
+		where, args = append(where, "purpose = ?"), append(args, p.Purpose)
+	}
+	if p.KeyPrefix != "" {
+		// A range, not LIKE: '_' is a key character and a LIKE wildcard.
+		// Keys are ASCII below 0x7f, so prefix+"\x7f" bounds every key
+		// that starts with prefix.
+		where, args = append(where, "key >= ? AND key < ?"), append(args, p.KeyPrefix, p.KeyPrefix+"\x7f")
+	}
+	if !p.Since.IsZero() {
+		where, args = append(where, "created_at >= ?"), append(args, micros(p.Since))
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	q := "SELECT " + messageCols + " FROM messages"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at DESC, id DESC LIMIT ?"
+	args = append(args, limit)
+	rs, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list: %w", err)
+	}
+	defer rs.Close()
+	out := []store.Message{}
+	for rs.Next() {
+		m, err := scanMessage(rs)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list: %w", err)
+		}
+		out = append(out, *m)
+	}
+	return out, rs.Err()
+}
+
+// MessageHistory returns a row's state changes, oldest first.
+func (s *Store) MessageHistory(ctx context.Context, id string) ([]store.HistoryEntry, error) {
+	rs, err := s.r.QueryContext(ctx, "SELECT "+historyCols+" FROM history WHERE message_id = ? ORDER BY seq", id)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: history: %w", err)
+	}
+	defer rs.Close()
+	out := []store.HistoryEntry{}
+	for rs.Next() {
+		var h store.HistoryEntry
+		var from, to, reason string
+		var at int64
+		if err := rs.Scan(&h.MessageID, &from, &to, &reason, &h.Event, &h.Applied, &h.Source, &h.Detail, &at); err != nil {
+			return nil, fmt.Errorf("sqlite: history: %w", err)
+		}
+		h.From, h.To, h.Reason, h.At = state.State(from), state.State(to), state.Reason(reason), fromMicros(at)
+		out = append(out, h)
+	}
+	return out, rs.Err()
+}
+
+const attemptCols = `message_id, number, started_at, finished_at, class, http_status, provider_code,
+	provider_subcode, raw_error, latency_us`
+
+// MessageAttempts returns a row's provider calls, oldest first.
+func (s *Store) MessageAttempts(ctx context.Context, id string) ([]store.Attempt, error) {
+	rs, err := s.r.QueryContext(ctx, "SELECT "+attemptCols+" FROM attempts WHERE message_id = ? ORDER BY seq", id)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: attempts: %w", err)
+	}
+	defer rs.Close()
+	out := []store.Attempt{}
+	for rs.Next() {
+		var a store.Attempt
+		var started, finished, latency int64
+		if err := rs.Scan(&a.MessageID, &a.Number, &started, &finished, &a.Class, &a.HTTPStatus,
+			&a.ProviderCode, &a.ProviderSubcode, &a.RawError, &latency); err != nil {
+			return nil, fmt.Errorf("sqlite: attempts: %w", err)
+		}
+		a.StartedAt, a.FinishedAt = fromMicros(started), fromMicros(finished)
+		a.Latency = time.Duration(latency) * time.Microsecond
+		out = append(out, a)
+	}
+	return out, rs.Err()
+}
+
+// MessageTransition applies one event through the state machine,
+// conditionally on the state (and lease) the caller read.
+func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams) (*store.Message, error) {
+	if p.Event.Kind == state.Claim || p.Event.Kind == state.Enqueue {
+		return nil, &store.InvalidError{Field: "event", Msg: string(p.Event.Kind) + " has its own store method"}
+	}
+	res, err := state.Transition(p.From, p.Event)
+	if err != nil {
+		return nil, err
+	}
+	now := p.Now.UTC().Truncate(store.Resolution)
+	if p.Now.IsZero() {
+		now = s.clock()
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: transition: %w", err)
+	}
+	defer tx.Rollback()
+
+	cur, err := s.getOne(ctx, tx, "SELECT "+messageCols+" FROM messages WHERE id = ?", p.ID)
+	if err != nil {
+		return nil, err
+	}
+	if cur.State != p.From || (p.LeaseOwner != "" && cur.LeaseOwner != p.LeaseOwner) {
+		return nil, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur.State, cur.LeaseOwner, p.From)
+	}
+
+	set := []string{"updated_at = ?"}
+	args := []any{micros(now)}
+	if res.Applied {
+		set = append(set, "state = ?", "reason = ?")
+		args = append(args, string(res.To), string(res.Reason))
+		if res.To != state.Sending {
+			set = append(set, "lease_owner = ''", "lease_until = NULL")
+		}
+		if res.To == state.Queued {
+			next := p.NextAttemptAt
+			if next.IsZero() {
+				next = now
+			}
+			set, args = append(set, "next_attempt_at = ?"), append(args, micros(next))
+		}
+	}
+	if p.ProviderID != "" {
+		set, args = append(set, "provider_id = ?"), append(args, p.ProviderID)
+	}
+	if p.LastError != "" {
+		set, args = append(set, "last_error = ?"), append(args, p.LastError)
+	}
+	if p.Resolution != "" {
+		set, args = append(set, "resolution = ?"), append(args, p.Resolution)
+	}
+	q := "UPDATE messages SET " + strings.Join(set, ", ") + " WHERE id = ? AND state = ?"
+	args = append(args, p.ID, string(p.From))
+	if p.LeaseOwner != "" {
+		q += " AND lease_owner = ?"
+		args = append(args, p.LeaseOwner)
+	}
+	r, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: transition: %w", err)
+	}
+	if n, _ := r.RowsAffected(); n != 1 {
+		return nil, fmt.Errorf("%w: message %s", store.ErrStale, p.ID)
+	}
+	applied := 0
+	if res.Applied {
+		applied = 1
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO history ("+historyCols+") VALUES "+placeholders(1, historyColN),
+		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), applied, p.Source, p.Detail, micros(now)); err != nil {
+		return nil, fmt.Errorf("sqlite: transition history: %w", err)
+	}
+	if a := p.Attempt; a != nil {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO attempts ("+attemptCols+") VALUES "+placeholders(1, 10),
+			p.ID, a.Number, micros(a.StartedAt), micros(a.FinishedAt), a.Class, a.HTTPStatus, a.ProviderCode,
+			a.ProviderSubcode, a.RawError, a.Latency.Microseconds()); err != nil {
+			return nil, fmt.Errorf("sqlite: transition attempt: %w", err)
+		}
+	}
+	m, err := s.getOne(ctx, tx, "SELECT "+messageCols+" FROM messages WHERE id = ?", p.ID)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: transition: commit: %w", err)
+	}
+	return m, nil
+}

@@ -1,0 +1,65 @@
+-- Times are INTEGER Unix microseconds, UTC (the resolution PostgreSQL keeps).
+
+CREATE TABLE messages (
+    id              TEXT    NOT NULL PRIMARY KEY,  -- ULID: sortable by creation
+    tenant          TEXT    NOT NULL,
+    key             TEXT    NOT NULL,
+    body_hash       TEXT    NOT NULL,
+    recipient       TEXT    NOT NULL,              -- E.164
+    channel         TEXT    NOT NULL,
+    identity        TEXT    NOT NULL,
+    purpose         TEXT    NOT NULL DEFAULT '',
+    trigger_ref     TEXT    NOT NULL DEFAULT '',
+    lane            TEXT    NOT NULL,
+    payload         TEXT,                          -- JSON; NULL once purged
+    state           TEXT    NOT NULL,
+    reason          TEXT    NOT NULL DEFAULT '',
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER NOT NULL,
+    expires_at      INTEGER,
+    lease_owner     TEXT    NOT NULL DEFAULT '',
+    lease_until     INTEGER,
+    provider_id     TEXT    NOT NULL DEFAULT '',
+    last_error      TEXT    NOT NULL DEFAULT '',
+    resend_of       TEXT    NOT NULL DEFAULT '',
+    resolution      TEXT    NOT NULL DEFAULT '',
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL
+);
+
+-- Idempotency is this index's job, never a check-then-insert.
+CREATE UNIQUE INDEX messages_tenant_key ON messages (tenant, key);
+-- What drain claims: due queued rows, reply lane first, oldest first.
+CREATE INDEX messages_due ON messages (lane DESC, next_attempt_at) WHERE state = 'queued';
+-- What an operator must look at.
+CREATE INDEX messages_in_flight ON messages (updated_at) WHERE state IN ('sending', 'unknown');
+CREATE INDEX messages_recipient ON messages (recipient, created_at);
+
+CREATE TABLE history (
+    seq        INTEGER PRIMARY KEY,
+    message_id TEXT    NOT NULL,
+    from_state TEXT    NOT NULL,
+    to_state   TEXT    NOT NULL,
+    reason     TEXT    NOT NULL DEFAULT '',
+    event      TEXT    NOT NULL,
+    applied    INTEGER NOT NULL,
+    source     TEXT    NOT NULL,
+    detail     TEXT    NOT NULL DEFAULT '',
+    at         INTEGER NOT NULL
+);
+CREATE INDEX history_message ON history (message_id, seq);
+
+CREATE TABLE attempts (
+    seq              INTEGER PRIMARY KEY,
+    message_id       TEXT    NOT NULL,
+    number           INTEGER NOT NULL,
+    started_at       INTEGER NOT NULL,
+    finished_at      INTEGER NOT NULL,
+    class            TEXT    NOT NULL,
+    http_status      INTEGER NOT NULL DEFAULT 0,
+    provider_code    TEXT    NOT NULL DEFAULT '',
+    provider_subcode TEXT    NOT NULL DEFAULT '',
+    raw_error        TEXT    NOT NULL DEFAULT '',
+    latency_us       INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX attempts_message ON attempts (message_id, seq);

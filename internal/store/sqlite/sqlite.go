@@ -1,0 +1,286 @@
+// Package sqlite is msgq's embedded store: one SQLite file, in WAL mode with
+// synchronous=FULL so that every committed claim and outcome survives a power
+// cut (DESIGN.md §5), shared safely by many processes on one host.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/msgq/msgq/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Store is the SQLite implementation of store.Store.
+type Store struct {
+	// w has exactly one connection: SQLite admits one writer at a time, and
+	// queueing writers here is far cheaper than SQLite's sleeping busy
+	// handler. Other processes are kept in line by the busy timeout.
+	w *sql.DB
+	// r serves reads, which WAL lets run beside the writer.
+	r   *sql.DB
+	now func() time.Time
+
+	mu    sync.Mutex
+	stmts map[string]*sql.Stmt // prepared once on w, keyed by statement shape
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Options tunes Open. The zero value is what msgq uses.
+type Options struct {
+	// Now is the store's clock; nil means time.Now.
+	Now func() time.Time
+	// BusyTimeout is how long a writer waits for another process's write
+	// transaction; zero means 10s.
+	BusyTimeout time.Duration
+	// NoMigrate skips the automatic migration on open (msgq migrate runs it
+	// explicitly and reports what it applied).
+	NoMigrate bool
+}
+
+// Open opens (creating with mode 0600 if needed) the SQLite store at path
+// and, unless opts.NoMigrate, brings its schema up to date.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: empty path")
+	}
+	if err := createFile(path); err != nil {
+		return nil, err
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.BusyTimeout == 0 {
+		opts.BusyTimeout = 10 * time.Second
+	}
+	q := url.Values{}
+	// busy_timeout first: the pragmas after it may need a lock that another
+	// process holds (switching a new file to WAL does).
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	// Every write transaction takes the write lock up front: a deferred
+	// transaction that reads and then writes can fail with SQLITE_BUSY
+	// without waiting, where an immediate one waits its turn.
+	q.Set("_txlock", "immediate")
+	w, err := sql.Open("sqlite", path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+
+	rq := url.Values{}
+	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	rq.Add("_pragma", "query_only(1)")
+	r, err := sql.Open("sqlite", path+"?"+rq.Encode())
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	r.SetMaxOpenConns(4)
+	r.SetMaxIdleConns(4)
+
+	s := &Store{w: w, r: r, now: opts.Now, stmts: map[string]*sql.Stmt{}}
+	if !opts.NoMigrate {
+		if _, err := s.Migrate(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// createFile makes the database file (and its directory) private before
+// SQLite touches it: SQLite would create it with the umask's mode, and the
+// queue holds phone numbers. The WAL and shared-memory files SQLite makes
+// later copy the database file's mode.
+func createFile(path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("sqlite: create directory for %s: %w", path, err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("sqlite: create %s: %w", path, err)
+	}
+	if f != nil {
+		return f.Close()
+	}
+	return nil
+}
+
+// Close releases both connection pools.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = map[string]*sql.Stmt{}
+	s.mu.Unlock()
+	return errors.Join(s.w.Close(), s.r.Close())
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	ents, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range ents {
+		n, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("sqlite: migration %s: name must start with a version number", e.Name())
+		}
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{v, e.Name(), string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	return ms, nil
+}
+
+// Migrate applies pending migrations, each in its own immediate transaction
+// that re-reads the version under the write lock, so concurrent processes
+// apply each migration once. The version lives in PRAGMA user_version:
+// reading it costs no table lookup on the hot path of every command.
+func (s *Store) Migrate(ctx context.Context) ([]int, error) {
+	ms, err := migrations()
+	if err != nil {
+		return nil, err
+	}
+	latest := ms[len(ms)-1].version
+	var cur int
+	if err := s.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&cur); err != nil {
+		return nil, fmt.Errorf("sqlite: read schema version: %w", err)
+	}
+	if cur > latest {
+		return nil, fmt.Errorf("%w: database at version %d, this msgq knows up to %d", store.ErrSchemaTooNew, cur, latest)
+	}
+	if cur == latest {
+		return nil, nil
+	}
+	var applied []int
+	for _, m := range ms {
+		ok, err := s.applyMigration(ctx, m)
+		if err != nil {
+			return applied, err
+		}
+		if ok {
+			applied = append(applied, m.version)
+		}
+	}
+	return applied, nil
+}
+
+func (s *Store) applyMigration(ctx context.Context, m migration) (bool, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+	}
+	defer tx.Rollback()
+	var cur int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&cur); err != nil {
+		return false, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+	}
+	if cur >= m.version {
+		return false, nil
+	}
+	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+		return false, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+	}
+	// PRAGMA takes no bound parameters; the version is our own integer.
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
+		return false, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+	}
+	return true, nil
+}
+
+// txStmt returns query as a statement of tx: the cached one when stmt
+// prepared it earlier, else one prepared inside tx (and closed with it).
+// It must not call stmt: preparing on the writer pool while tx holds its
+// only connection would wait forever.
+func (s *Store) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	st, ok := s.stmts[query]
+	s.mu.Unlock()
+	if ok {
+		return tx.StmtContext(ctx, st), nil
+	}
+	return tx.PrepareContext(ctx, query)
+}
+
+// stmt returns the statement for query prepared once on the writer. Call it
+// only outside a write transaction.
+func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := s.w.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	s.stmts[query] = st
+	return st, nil
+}
+
+func (s *Store) clock() time.Time { return s.now().UTC().Truncate(store.Resolution) }
+
+func newID() string { return ulid.Make().String() }
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }
+
+func nullMicros(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func fromNullMicros(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMicros(v.Int64)
+	return &t
+}

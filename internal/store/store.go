@@ -1,0 +1,264 @@
+// Package store defines msgq's storage contract: the domain types every
+// store speaks and the Store interface that the SQLite and PostgreSQL
+// implementations satisfy. Driver types never cross this boundary.
+//
+// Every state change a store makes goes through state.Transition and is
+// written conditionally on the state the store read, with a history row in
+// the same transaction.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/msgq/msgq/internal/state"
+)
+
+// Store is one message queue's durable state.
+//
+// Implementations must be safe for concurrent use by many goroutines, and
+// correct when many processes (and, for shared databases, many hosts) use the
+// same database at once: uniqueness is enforced by the database's unique
+// index, never by check-then-insert.
+type Store interface {
+	// Migrate brings the schema to the newest version this binary knows and
+	// returns the versions it applied (none when already current). It is
+	// safe to run from several processes at once. Errors: ErrSchemaTooNew
+	// when the database was migrated by a newer msgq.
+	Migrate(ctx context.Context) ([]int, error)
+
+	// MessageEnqueue creates one logical send, or returns the existing row
+	// when (tenant, key) exists with the same body hash (Replayed is true and
+	// nothing is written). Errors: *InvalidError when p fails Validate;
+	// *ConflictError (errors.Is ErrConflict) when the key exists with another
+	// body, naming the existing row.
+	MessageEnqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error)
+
+	// MessageEnqueueMany enqueues a batch in one durable transaction, with
+	// the same per-item semantics as MessageEnqueue: each result is in input
+	// order and carries its own Err (*InvalidError or *ConflictError) while
+	// the good items are written. Two items with one key behave as if sent
+	// one after the other. The returned error is for the batch as a whole
+	// (nothing of it was written).
+	MessageEnqueueMany(ctx context.Context, ps []EnqueueParams) ([]EnqueueResult, error)
+
+	// MessageGet returns the row whose id or, failing that, whose key in
+	// tenant is ref. Errors: ErrNotFound.
+	MessageGet(ctx context.Context, tenant, ref string) (*Message, error)
+
+	// MessageList returns rows matching p, newest first. Errors: *InvalidError
+	// for a bad filter.
+	MessageList(ctx context.Context, p *ListParams) ([]Message, error)
+
+	// MessageHistory returns every state change of the row id, oldest first
+	// (empty, not an error, for an unknown id).
+	MessageHistory(ctx context.Context, id string) ([]HistoryEntry, error)
+
+	// MessageAttempts returns every provider call made for the row id,
+	// oldest first (empty, not an error, for an unknown id).
+	MessageAttempts(ctx context.Context, id string) ([]Attempt, error)
+
+	// MessageTransition applies one event to the row p.ID through
+	// state.Transition, conditionally on the row still being in p.From (and
+	// leased by p.LeaseOwner when that is set), writing a history row and,
+	// when p.Attempt is set, an attempt row in the same transaction.
+	// Errors: ErrNotFound; ErrStale when the row moved on (another writer
+	// won); *state.RefusedError when the machine refuses the event.
+	MessageTransition(ctx context.Context, p *TransitionParams) (*Message, error)
+
+	// Close releases the store's connections.
+	Close() error
+}
+
+// Errors stores return. Match with errors.Is / errors.As.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrConflict     = errors.New("idempotency key reused with a different body")
+	ErrStale        = errors.New("the row changed since it was read")
+	ErrSchemaTooNew = errors.New("the database schema is newer than this msgq")
+)
+
+// ConflictError is an idempotency key that exists with a different body.
+type ConflictError struct {
+	Tenant     string
+	Key        string
+	ExistingID string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("key %q is already used by message %s with a different body", e.Key, e.ExistingID)
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// InvalidError is input the store refuses before writing anything.
+type InvalidError struct {
+	Field string
+	Msg   string
+}
+
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return e.Msg
+	}
+	return e.Field + ": " + e.Msg
+}
+
+// Lanes. The reply lane (answers to a customer who just wrote) is drained
+// before the bulk lane.
+const (
+	LaneReply = "reply"
+	LaneBulk  = "bulk"
+)
+
+// Channels msgq sends on.
+const (
+	ChannelWhatsApp = "whatsapp"
+	ChannelSMS      = "sms"
+)
+
+// DefaultTenant is the tenant of rows enqueued without one.
+const DefaultTenant = "default"
+
+// Payload is what is sent: a template with its language and parameters, or
+// free-form text; plus an optional fallback template for when free-form text
+// cannot be sent (a closed customer-service window).
+type Payload struct {
+	Template         string   `json:"template,omitempty"`
+	Lang             string   `json:"lang,omitempty"`
+	Params           []string `json:"params,omitempty"`
+	Text             string   `json:"text,omitempty"`
+	FallbackTemplate string   `json:"fallback_template,omitempty"`
+}
+
+// EnqueueParams is one logical send to create.
+type EnqueueParams struct {
+	Tenant     string
+	Key        string
+	To         string // E.164, normalised by the caller
+	Channel    string
+	Identity   string
+	Purpose    string
+	TriggerRef string
+	Lane       string
+	Payload    Payload
+	NotBefore  time.Time // zero: now
+	ExpiresAt  time.Time // zero: never
+	ResendOf   string
+}
+
+// EnqueueResult is the row a MessageEnqueue produced or found.
+type EnqueueResult struct {
+	Message  *Message
+	Replayed bool
+	Err      error // MessageEnqueueMany only: this item's own error
+}
+
+// Message is one logical send. Field names in JSON are a contract scripts
+// rely on: add, never rename.
+type Message struct {
+	ID            string       `json:"id"`
+	Tenant        string       `json:"tenant"`
+	Key           string       `json:"key"`
+	BodyHash      string       `json:"body_hash"`
+	To            string       `json:"to"`
+	Channel       string       `json:"channel"`
+	Identity      string       `json:"identity"`
+	Purpose       string       `json:"purpose"`
+	TriggerRef    string       `json:"ref"`
+	Lane          string       `json:"lane"`
+	Payload       *Payload     `json:"payload"` // nil once purged
+	State         state.State  `json:"state"`
+	Reason        state.Reason `json:"reason,omitempty"`
+	Attempts      int          `json:"attempts"`
+	NextAttemptAt time.Time    `json:"next_attempt_at"`
+	ExpiresAt     *time.Time   `json:"expires_at"`
+	LeaseOwner    string       `json:"lease_owner,omitempty"`
+	LeaseUntil    *time.Time   `json:"lease_until,omitempty"`
+	ProviderID    string       `json:"provider_id"`
+	LastError     string       `json:"last_error"`
+	ResendOf      string       `json:"resend_of,omitempty"`
+	Resolution    string       `json:"resolution,omitempty"`
+	CreatedAt     time.Time    `json:"created_at"`
+	UpdatedAt     time.Time    `json:"updated_at"`
+}
+
+// Sources of state changes, recorded in history.
+const (
+	SourceSend      = "send"
+	SourceDrain     = "drain"
+	SourceWebhook   = "webhook"
+	SourceReconcile = "reconcile"
+	SourceOperator  = "operator"
+)
+
+// HistoryEntry is one state change (or one piece of evidence recorded but
+// not applied, with Applied false).
+type HistoryEntry struct {
+	MessageID string       `json:"message_id"`
+	From      state.State  `json:"from"`
+	To        state.State  `json:"to"`
+	Reason    state.Reason `json:"reason,omitempty"`
+	Event     string       `json:"event"`
+	Applied   bool         `json:"applied"`
+	Source    string       `json:"source"`
+	Detail    string       `json:"detail"`
+	At        time.Time    `json:"at"`
+}
+
+// Attempt is one provider call.
+type Attempt struct {
+	MessageID       string        `json:"message_id"`
+	Number          int           `json:"number"`
+	StartedAt       time.Time     `json:"started_at"`
+	FinishedAt      time.Time     `json:"finished_at"`
+	Class           string        `json:"class"`
+	HTTPStatus      int           `json:"http_status"`
+	ProviderCode    string        `json:"provider_code"`
+	ProviderSubcode string        `json:"provider_subcode"`
+	RawError        string        `json:"raw_error"`
+	Latency         time.Duration `json:"latency_ns"`
+}
+
+// TransitionParams is one event to apply to one row.
+type TransitionParams struct {
+	ID     string
+	From   state.State // the state the caller read; the write is conditional on it
+	Event  state.Event
+	Source string
+	Detail string
+	// LeaseOwner, when set, makes the write conditional on the caller still
+	// holding the row's lease.
+	LeaseOwner string
+	// Now is the time of the change; zero means the store's clock.
+	Now time.Time
+	// NextAttemptAt schedules the row when the event puts it back in queued.
+	NextAttemptAt time.Time
+	// ProviderID and LastError, when set, are recorded on the row.
+	ProviderID string
+	LastError  string
+	Resolution string
+	// Attempt, when set, is written in the same transaction.
+	Attempt *Attempt
+}
+
+// ListParams filters MessageList. Zero values mean "any".
+type ListParams struct {
+	Tenant    string
+	State     state.State
+	To        string
+	Purpose   string
+	KeyPrefix string
+	Since     time.Time // created at or after
+	Limit     int       // 0: DefaultListLimit
+}
+
+// DefaultListLimit bounds a list without --limit.
+const DefaultListLimit = 100
+
+// Timestamp resolution every store keeps (PostgreSQL's timestamptz holds
+// microseconds); the conformance suite compares times at this resolution.
+const Resolution = time.Microsecond
