@@ -254,11 +254,11 @@ type scanner interface{ Scan(...any) error }
 
 func scanMessage(sc scanner) (*store.Message, error) {
 	var (
-		m                                 store.Message
-		payload                           sql.NullString
-		st, reason                        string
-		next, created, updated            int64
-		expires, leaseUntil               sql.NullInt64
+		m                      store.Message
+		payload                sql.NullString
+		st, reason             string
+		next, created, updated int64
+		expires, leaseUntil    sql.NullInt64
 	)
 	err := sc.Scan(&m.ID, &m.Tenant, &m.Key, &m.BodyHash, &m.To, &m.Channel, &m.Identity, &m.Purpose,
 		&m.TriggerRef, &m.Lane, &payload, &st, &reason, &m.Attempts, &next, &expires, &m.LeaseOwner,

@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+type listOptions struct {
+	state, to, region, purpose, keyPrefix, since, tenant string
+	limit                                                int
+}
+
+// params validates the filters and turns them into store parameters.
+func (o *listOptions) params(now time.Time, cfg *config) (*store.ListParams, error) {
+	p := &store.ListParams{Tenant: cfg.Tenant, Purpose: o.purpose, KeyPrefix: o.keyPrefix, Limit: o.limit}
+	if o.limit < 0 {
+		return nil, usagef("--limit must be positive")
+	}
+	if o.state != "" {
+		s, err := state.Parse(o.state)
+		if err != nil {
+			return nil, usagef("--state: %v", err)
+		}
+		p.State = s
+	}
+	if o.to != "" {
+		region := o.region
+		if region == "" {
+			region = cfg.Region
+		}
+		to, err := phone.Normalize(o.to, region)
+		if err != nil {
+			return nil, usagef("--to: %v", err)
+		}
+		p.To = to
+	}
+	if o.keyPrefix != "" && !store.ValidKey(o.keyPrefix) {
+		return nil, usagef("--key-prefix %q: keys are made of A-Za-z0-9._:-", o.keyPrefix)
+	}
+	if o.since != "" {
+		t, err := parseSince(o.since, now)
+		if err != nil {
+			return nil, usagef("--since: %v", err)
+		}
+		p.Since = t
+	}
+	return p, nil
+}
+
+// parseSince reads an RFC 3339 time or a duration ago ("1h": the last hour).
+func parseSince(v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		if d < 0 {
+			d = -d
+		}
+		return now.Add(-d), nil
+	}
+	return parseWhen(v, now)
+}
+
+func newListCmd(a *app) *cobra.Command {
+	o := &listOptions{}
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List messages, newest first",
+		Long: `List messages, newest first, filtered by state, recipient, purpose, key prefix
+and creation time. -o json prints an array of rows.
+
+` + exitStatusHelp,
+		Example: `  msgq list --state unknown
+  msgq list --key-prefix order-1001 --since 24h -o json`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := o.params(a.now(), a.cfg)
+			if err != nil {
+				return err
+			}
+			return runList(cmd.Context(), a, p)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.state, "state", "", "only rows in this state (queued, sending, unknown, sent, failed, delivered, read)")
+	f.StringVar(&o.to, "to", "", "only rows to this recipient")
+	f.StringVar(&o.region, "region", "", "ISO country code for a local --to number [MSGQ_REGION]")
+	f.StringVar(&o.purpose, "purpose", "", "only rows with this purpose")
+	f.StringVar(&o.keyPrefix, "key-prefix", "", "only rows whose key starts with this")
+	f.StringVar(&o.since, "since", "", "only rows created since this RFC 3339 time, or this long ago (e.g. 24h)")
+	f.IntVar(&o.limit, "limit", store.DefaultListLimit, "at most this many rows")
+	f.StringVar(&o.tenant, "tenant", "", "tenant (default \"default\") [MSGQ_TENANT]")
+	return cmd
+}
+
+func runList(ctx context.Context, a *app, p *store.ListParams) error {
+	st, err := a.store(ctx)
+	if err != nil {
+		return err
+	}
+	ms, err := st.MessageList(ctx, p)
+	if err != nil {
+		return err
+	}
+	if a.cfg.Output == outJSON {
+		return printJSON(a.ios.Out, ms)
+	}
+	rows := make([][]string, 0, len(ms))
+	for _, m := range ms {
+		rows = append(rows, []string{m.ID, m.Key, stateLabel(&m), m.To, m.Identity, orDash(m.Purpose),
+			strconv.Itoa(m.Attempts), stamp(m.CreatedAt), stamp(m.UpdatedAt)})
+	}
+	return printTable(a.ios.Out, []string{"ID", "KEY", "STATE", "TO", "IDENTITY", "PURPOSE", "ATTEMPTS", "CREATED", "UPDATED"}, rows)
+}
+
+// stateLabel is the state with its failure reason, e.g. failed(expired).
+func stateLabel(m *store.Message) string {
+	if m.Reason != state.NoReason {
+		return string(m.State) + "(" + string(m.Reason) + ")"
+	}
+	return string(m.State)
+}

@@ -1,0 +1,136 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/msgq/msgq/internal/store"
+)
+
+func newShowCmd(a *app) *cobra.Command {
+	var tenant string
+	cmd := &cobra.Command{
+		Use:   "show ID|KEY",
+		Short: "Show one message: the row, every state change, every attempt, the last error verbatim",
+		Long: `Show one message by id or by key: the row, every state change (history), every
+provider call (attempts), and the last error exactly as the provider sent it.
+-o json prints one object with "history" and "attempts" arrays.
+
+` + exitStatusHelp,
+		Example: `  msgq show order-1001-shipped
+  msgq show 01JD5Q3XK0M9T4W8Y2B6C1N7PZ -o json`,
+		Args: exactArgs(1, "one message id or key"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runShow(cmd.Context(), a, args[0])
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the key (default \"default\") [MSGQ_TENANT]")
+	return cmd
+}
+
+// showResult is what `show -o json` prints.
+type showResult struct {
+	*store.Message
+	History  []store.HistoryEntry `json:"history"`
+	Attempts []store.Attempt      `json:"attempts"`
+}
+
+func runShow(ctx context.Context, a *app, ref string) error {
+	st, err := a.store(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := st.MessageGet(ctx, a.cfg.Tenant, ref)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("no message with id or key %q in tenant %q: %w", ref, a.cfg.Tenant, err)
+	}
+	if err != nil {
+		return err
+	}
+	hist, err := st.MessageHistory(ctx, m.ID)
+	if err != nil {
+		return err
+	}
+	atts, err := st.MessageAttempts(ctx, m.ID)
+	if err != nil {
+		return err
+	}
+	if a.cfg.Output == outJSON {
+		return printJSON(a.ios.Out, showResult{m, hist, atts})
+	}
+	return printShow(a, m, hist, atts)
+}
+
+func printShow(a *app, m *store.Message, hist []store.HistoryEntry, atts []store.Attempt) error {
+	w := a.ios.Out
+	content := "-"
+	if p := m.Payload; p != nil {
+		if p.Text != "" {
+			content = fmt.Sprintf("text %q", p.Text)
+			if p.FallbackTemplate != "" {
+				content += " (fallback template " + p.FallbackTemplate + ")"
+			}
+		} else {
+			content = fmt.Sprintf("template %s (%s) %q", p.Template, p.Lang, p.Params)
+		}
+	} else {
+		content = "(purged)"
+	}
+	lease := "-"
+	if m.LeaseOwner != "" {
+		lease = m.LeaseOwner + " until " + stampPtr(m.LeaseUntil)
+	}
+	fields := [][]string{
+		{"id:", m.ID}, {"key:", m.Key}, {"tenant:", m.Tenant}, {"state:", stateLabel(m)},
+		{"to:", m.To}, {"channel:", m.Channel}, {"identity:", m.Identity}, {"lane:", m.Lane},
+		{"purpose:", orDash(m.Purpose)}, {"ref:", orDash(m.TriggerRef)}, {"content:", content},
+		{"attempts:", strconv.Itoa(m.Attempts)}, {"next attempt:", stamp(m.NextAttemptAt)},
+		{"expires:", stampPtr(m.ExpiresAt)}, {"lease:", lease}, {"provider id:", orDash(m.ProviderID)},
+		{"resend of:", orDash(m.ResendOf)}, {"resolution:", orDash(m.Resolution)},
+		{"body hash:", m.BodyHash}, {"created:", stamp(m.CreatedAt)}, {"updated:", stamp(m.UpdatedAt)},
+	}
+	if err := printTable(w, nil, fields); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nHISTORY")
+	rows := make([][]string, 0, len(hist))
+	for _, h := range hist {
+		to := string(h.To)
+		if h.Reason != "" {
+			to += "(" + string(h.Reason) + ")"
+		}
+		if !h.Applied {
+			to += " [not applied]"
+		}
+		rows = append(rows, []string{stamp(h.At), orDash(string(h.From)), to, h.Event, h.Source, orDash(h.Detail)})
+	}
+	if err := printTable(w, []string{"AT", "FROM", "TO", "EVENT", "SOURCE", "DETAIL"}, rows); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nATTEMPTS")
+	if len(atts) == 0 {
+		fmt.Fprintln(w, "none")
+	} else {
+		rows = rows[:0]
+		for _, at := range atts {
+			rows = append(rows, []string{strconv.Itoa(at.Number), stamp(at.StartedAt), at.Class,
+				strconv.Itoa(at.HTTPStatus), orDash(at.ProviderCode), orDash(at.ProviderSubcode), at.Latency.String()})
+		}
+		if err := printTable(w, []string{"#", "STARTED", "CLASS", "HTTP", "CODE", "SUBCODE", "LATENCY"}, rows); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(w, "\nLAST ERROR")
+	if m.LastError == "" {
+		fmt.Fprintln(w, "none")
+		return nil
+	}
+	// Verbatim: never paraphrase a provider's error.
+	_, err := fmt.Fprintln(w, strings.TrimRight(m.LastError, "\n"))
+	return err
+}

@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// config is every setting a command reads, resolved in one place with one
+// precedence: flag > MSGQ_* environment variable > config file > default.
+type config struct {
+	Store           string // sqlite:PATH or a postgres:// URL
+	Output          string // table | json
+	LogLevel        slog.Level
+	Tenant          string
+	DefaultIdentity string
+	Region          string // for local phone numbers
+	ConfigFile      string // the file read, if any
+}
+
+// settings maps each config key to the flag that overrides it. The
+// environment variable is MSGQ_ and the key in upper case.
+var settings = []struct{ key, flag, def string }{
+	{"store", "store", ""},
+	{"output", "output", outTable},
+	{"log_level", "log-level", "info"},
+	{"tenant", "tenant", "default"},
+	{"default_identity", "identity", "sim"},
+	{"region", "region", ""},
+}
+
+// loadConfig resolves the settings for the command about to run.
+func loadConfig(cmd *cobra.Command) (*config, error) {
+	v := viper.New()
+	v.SetEnvPrefix("MSGQ")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	for _, s := range settings {
+		v.SetDefault(s.key, s.def)
+		if err := v.BindEnv(s.key); err != nil {
+			return nil, err
+		}
+		// Only flags this command has: --identity on send is the default
+		// identity's override, and list has no such flag.
+		if f := cmd.Flags().Lookup(s.flag); f != nil {
+			if err := v.BindPFlag(s.key, f); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	path, explicit := configPath(cmd.Flags())
+	if path != "" {
+		v.SetConfigFile(path)
+		v.SetConfigType("yaml")
+		err := v.ReadInConfig()
+		switch {
+		case err == nil:
+		case !explicit && errors.Is(err, fs.ErrNotExist):
+			path = "" // the default location is optional
+		default:
+			return nil, usagef("config file %s: %v", path, err)
+		}
+	}
+
+	cfg := &config{
+		Store:           v.GetString("store"),
+		Output:          v.GetString("output"),
+		Tenant:          v.GetString("tenant"),
+		DefaultIdentity: v.GetString("default_identity"),
+		Region:          v.GetString("region"),
+		ConfigFile:      path,
+	}
+	if cfg.Store == "" {
+		p, err := defaultStorePath()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Store = "sqlite:" + p
+	}
+	if cfg.Output != outTable && cfg.Output != outJSON {
+		return nil, usagef("unknown output format %q (want table or json)", cfg.Output)
+	}
+	if err := cfg.LogLevel.UnmarshalText([]byte(v.GetString("log_level"))); err != nil {
+		return nil, usagef("unknown log level %q (want debug, info, warn or error)", v.GetString("log_level"))
+	}
+	return cfg, nil
+}
+
+// configPath is --config, else $MSGQ_CONFIG, else the default location
+// ($XDG_CONFIG_HOME/msgq/config.yaml or ~/.config/msgq/config.yaml), which
+// may be absent. explicit says the user named a file, which must exist.
+func configPath(flags *pflag.FlagSet) (string, bool) {
+	if f := flags.Lookup("config"); f != nil && f.Changed {
+		return f.Value.String(), true
+	}
+	if p := os.Getenv("MSGQ_CONFIG"); p != "" {
+		return p, true
+	}
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", false
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "msgq", "config.yaml"), false
+}
+
+// defaultStorePath is $XDG_DATA_HOME/msgq/msgq.db, else
+// ~/.local/share/msgq/msgq.db.
+func defaultStorePath() (string, error) {
+	dir := os.Getenv("XDG_DATA_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no --store given and no home directory for the default store: %w", err)
+		}
+		dir = filepath.Join(home, ".local", "share")
+	}
+	return filepath.Join(dir, "msgq", "msgq.db"), nil
+}

@@ -1,0 +1,67 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// Exit codes: a contract scripts and cron rely on; documented in the
+// README and in every command's help. Never renumber.
+const (
+	ExitOK       = 0 // done
+	ExitError    = 1 // a runtime error: the store, the network, a bug
+	ExitUsage    = 2 // bad input: nothing was written
+	ExitConflict = 3 // an idempotency key reused with a different body
+	ExitFound    = 4 // a check found something (stuck, health)
+)
+
+const exitStatusHelp = `EXIT STATUS
+  0  ok
+  1  runtime error (store, network)
+  2  bad input or usage; nothing was written
+  3  idempotency conflict: the key exists with a different body (the existing id is named)
+  4  a check found something (stuck, health)`
+
+// usageError is input msgq refuses before doing anything.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Errorf(format, a...)} }
+
+// exitError carries an exit code chosen by a command (bulk send's summary,
+// found-something checks) when the details were already printed.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// exitCode is the one place errors become exit codes.
+func exitCode(err error) int {
+	var (
+		ue *usageError
+		ie *store.InvalidError
+		pe *phone.Error
+		ee *exitError
+	)
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, store.ErrConflict):
+		return ExitConflict
+	case errors.As(err, &ue), errors.As(err, &ie), errors.As(err, &pe):
+		return ExitUsage
+	case errors.Is(err, context.Canceled):
+		return ExitError
+	}
+	return ExitError
+}

@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// sendSpec is one message as a user writes it: the flags of `msgq send`,
+// and one line of `msgq send --file` (the JSON field names are a contract).
+type sendSpec struct {
+	Key              string   `json:"key"`
+	To               string   `json:"to"`
+	Region           string   `json:"region"`
+	Channel          string   `json:"channel"`
+	Identity         string   `json:"identity"`
+	Template         string   `json:"template"`
+	Lang             string   `json:"lang"`
+	Params           []string `json:"params"`
+	Text             string   `json:"text"`
+	FallbackTemplate string   `json:"fallback_template"`
+	Purpose          string   `json:"purpose"`
+	Ref              string   `json:"ref"`
+	Lane             string   `json:"lane"`
+	NotBefore        string   `json:"not_before"`
+	ExpiresIn        string   `json:"expires_in"`
+	ExpiresAt        string   `json:"expires_at"`
+	Tenant           string   `json:"tenant"`
+}
+
+// defaultLang is the template language when none is given.
+const defaultLang = "en"
+
+// sendDefaults fill what a spec leaves empty (from flags and config).
+type sendDefaults struct {
+	Tenant, Identity, Channel, Region, Lane, Purpose string
+}
+
+// params turns a spec into store parameters, validated relative to now.
+// Errors are bad input (exit 2) and name the field.
+func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, error) {
+	pick := func(v, def string) string {
+		if v == "" {
+			return def
+		}
+		return v
+	}
+	p := store.EnqueueParams{
+		Tenant:     pick(s.Tenant, d.Tenant),
+		Key:        s.Key,
+		Channel:    pick(s.Channel, d.Channel),
+		Identity:   pick(s.Identity, d.Identity),
+		Purpose:    pick(s.Purpose, d.Purpose),
+		TriggerRef: s.Ref,
+		Lane:       pick(s.Lane, d.Lane),
+		Payload: store.Payload{Template: s.Template, Lang: s.Lang, Params: s.Params, Text: s.Text,
+			FallbackTemplate: s.FallbackTemplate},
+	}
+	if p.Channel == "" {
+		p.Channel = store.ChannelWhatsApp
+	}
+	if p.Payload.Template != "" && p.Payload.Lang == "" {
+		p.Payload.Lang = defaultLang
+	}
+	// The key first: it is what a user searches their input for.
+	if p.Key == "" {
+		return p, &store.InvalidError{Field: "key", Msg: "is required"}
+	}
+	if !store.ValidKey(p.Key) {
+		return p, &store.InvalidError{Field: "key", Msg: fmt.Sprintf("%q must be 1 to 64 characters of A-Za-z0-9._:-", p.Key)}
+	}
+	if s.To == "" {
+		return p, &store.InvalidError{Field: "to", Msg: "is required"}
+	}
+	to, err := phone.Normalize(s.To, pick(s.Region, d.Region))
+	if err != nil {
+		return p, err
+	}
+	p.To = to
+	if s.NotBefore != "" {
+		if p.NotBefore, err = parseWhen(s.NotBefore, now); err != nil {
+			return p, &store.InvalidError{Field: "not_before", Msg: err.Error()}
+		}
+	}
+	switch {
+	case s.ExpiresIn != "" && s.ExpiresAt != "":
+		return p, &store.InvalidError{Field: "expires_in", Msg: "give expires_in or expires_at, not both"}
+	case s.ExpiresIn != "":
+		d, err := time.ParseDuration(s.ExpiresIn)
+		if err != nil {
+			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%q is not a duration like 90s, 15m or 24h", s.ExpiresIn)}
+		}
+		if d <= 0 {
+			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%s puts the expiry in the past", s.ExpiresIn)}
+		}
+		p.ExpiresAt = now.Add(d)
+	case s.ExpiresAt != "":
+		t, err := time.Parse(time.RFC3339, s.ExpiresAt)
+		if err != nil {
+			return p, &store.InvalidError{Field: "expires_at", Msg: fmt.Sprintf("%q is not an RFC 3339 time like 2026-12-01T09:00:00Z", s.ExpiresAt)}
+		}
+		p.ExpiresAt = t
+	}
+	p.Normalize()
+	return p, p.Validate(now)
+}
+
+// parseWhen reads an RFC 3339 time or a duration from now ("10m").
+func parseWhen(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return now.Add(d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration like 10m", v)
+}
