@@ -33,11 +33,14 @@ provider call (attempts), and the last error exactly as the provider sent it.
 	return cmd
 }
 
-// showResult is what `show -o json` prints.
+// showResult is what `show -o json` prints. Its "attempts" is the array of
+// provider calls (the contract), which shadows the row's count of them; the
+// count is "attempt_count" here.
 type showResult struct {
 	*store.Message
-	History  []store.HistoryEntry `json:"history"`
-	Attempts []store.Attempt      `json:"attempts"`
+	AttemptCount int                  `json:"attempt_count"`
+	History      []store.HistoryEntry `json:"history"`
+	Attempts     []store.Attempt      `json:"attempts"`
 }
 
 func runShow(ctx context.Context, a *app, ref string) error {
@@ -61,7 +64,7 @@ func runShow(ctx context.Context, a *app, ref string) error {
 		return err
 	}
 	if a.cfg.Output == outJSON {
-		return printJSON(a.ios.Out, showResult{m, hist, atts})
+		return printJSON(a.ios.Out, showResult{m, m.Attempts, hist, atts})
 	}
 	return printShow(a, m, hist, atts)
 }

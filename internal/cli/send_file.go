@@ -19,7 +19,7 @@ import (
 
 // bulkBatch is how many lines one transaction carries: large enough to
 // amortise the commit's fsync, a multiple of the store's statement size.
-const bulkBatch = 1024
+const bulkBatch = 4096
 
 // lineResult is one line of `send --file` output. Field names are a
 // contract (-o json prints one object per line).
@@ -37,19 +37,27 @@ type lineResult struct {
 
 type bulkCounts struct{ lines, enqueued, replayed, invalid, conflict int }
 
-// bulk is one run of send --file: parse lines, write them in batches, print
-// each batch's results in input order once the batch is durable.
+// bulk is one run of send --file. A reader goroutine parses and validates
+// lines into batches while the caller writes the previous batch: phone
+// number parsing costs about as much CPU as the insert, so overlapping them
+// nearly halves the wall time on two cores. Each batch's results are
+// printed in input order once the batch is durable.
 type bulk struct {
 	a      *app
 	st     store.Store
 	defs   sendDefaults
 	out    *bufio.Writer
 	counts bulkCounts
-	// the current batch: every line read since the last flush, and the
-	// parameters of its good ones.
+}
+
+// batch is a run of consecutive input lines: every line's result slot, and
+// the parameters of its good ones.
+type batch struct {
 	lines  []lineResult
 	idx    []int // per line: index into params, or -1 for a bad line
 	params []store.EnqueueParams
+	read   int64 // bytes of input this batch covers, for the progress bar
+	err    error // a read error after these lines
 }
 
 func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
@@ -71,26 +79,23 @@ func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
 			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
 	}
 	start := time.Now()
-	r := bufio.NewReaderSize(in, 1<<20)
-	for n := 1; ; n++ {
-		line, rerr := r.ReadBytes('\n')
-		if rerr != nil && !errors.Is(rerr, io.EOF) {
-			return fmt.Errorf("read %s: %w", o.file, rerr)
+	batches := make(chan *batch, 2)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go b.read(ctx, in, batches)
+	for bt := range batches {
+		if bt.err != nil {
+			return fmt.Errorf("read %s: %w", o.file, bt.err)
+		}
+		if err := b.flush(ctx, bt); err != nil {
+			return err
 		}
 		if bar != nil {
-			_ = bar.Add(len(line))
+			_ = bar.Add64(bt.read)
 		}
-		if len(bytes.TrimSpace(line)) > 0 {
-			b.add(n, line)
-		}
-		if len(b.params) >= bulkBatch || (rerr != nil && len(b.lines) > 0) {
-			if err := b.flush(ctx); err != nil {
-				return err
-			}
-		}
-		if rerr != nil {
-			break
-		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	if bar != nil {
 		_ = bar.Finish()
@@ -105,6 +110,35 @@ func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
 		return &exitError{ExitConflict, fmt.Sprintf("%d of %d lines reuse a key with a different body (see their results)", c.conflict, c.lines)}
 	}
 	return nil
+}
+
+// read parses the input into batches of bulkBatch good lines and closes
+// out at the end (or when ctx is done).
+func (b *bulk) read(ctx context.Context, in io.Reader, out chan<- *batch) {
+	defer close(out)
+	r := bufio.NewReaderSize(in, 1<<20)
+	bt := &batch{}
+	for n := 1; ; n++ {
+		line, err := r.ReadBytes('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			bt.err = err
+		}
+		bt.read += int64(len(line))
+		if len(bytes.TrimSpace(line)) > 0 {
+			b.add(bt, n, line)
+		}
+		if len(bt.params) >= bulkBatch || (err != nil && (len(bt.lines) > 0 || bt.err != nil)) {
+			select {
+			case out <- bt:
+			case <-ctx.Done():
+				return
+			}
+			bt = &batch{}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // openInput opens the file (or stdin for "-") and says its size, or -1.
@@ -123,9 +157,8 @@ func openInput(a *app, name string) (io.ReadCloser, int64, error) {
 	return f, size, nil
 }
 
-// add parses one non-blank line into the current batch.
-func (b *bulk) add(n int, line []byte) {
-	b.counts.lines++
+// add parses one non-blank line into bt.
+func (b *bulk) add(bt *batch, n int, line []byte) {
 	var spec sendSpec
 	var p store.EnqueueParams
 	err := parseLine(line, &spec)
@@ -133,13 +166,13 @@ func (b *bulk) add(n int, line []byte) {
 		p, err = spec.params(b.a.now(), b.defs)
 	}
 	if err != nil {
-		b.lines = append(b.lines, lineResult{Line: n, Result: "invalid", Key: spec.Key, Error: oneLine(err.Error())})
-		b.idx = append(b.idx, -1)
+		bt.lines = append(bt.lines, lineResult{Line: n, Result: "invalid", Key: spec.Key, Error: oneLine(err.Error())})
+		bt.idx = append(bt.idx, -1)
 		return
 	}
-	b.lines = append(b.lines, lineResult{Line: n, Key: p.Key})
-	b.idx = append(b.idx, len(b.params))
-	b.params = append(b.params, p)
+	bt.lines = append(bt.lines, lineResult{Line: n, Key: p.Key})
+	bt.idx = append(bt.idx, len(bt.params))
+	bt.params = append(bt.params, p)
 }
 
 // parseLine decodes one JSON object, refusing unknown fields and trailing
@@ -158,15 +191,19 @@ func parseLine(line []byte, spec *sendSpec) error {
 
 // flush writes the batch's good lines in one transaction and prints every
 // line's result. Nothing is printed for a batch the store refused.
-func (b *bulk) flush(ctx context.Context) error {
-	res, err := b.st.MessageEnqueueMany(ctx, b.params)
+func (b *bulk) flush(ctx context.Context, bt *batch) error {
+	if len(bt.lines) == 0 {
+		return nil
+	}
+	res, err := b.st.MessageEnqueueMany(ctx, bt.params)
 	if err != nil {
 		return fmt.Errorf("enqueue lines %d-%d (nothing of them was written; earlier lines were): %w",
-			b.lines[0].Line, b.lines[len(b.lines)-1].Line, err)
+			bt.lines[0].Line, bt.lines[len(bt.lines)-1].Line, err)
 	}
-	for i := range b.lines {
-		lr := &b.lines[i]
-		if j := b.idx[i]; j >= 0 {
+	b.counts.lines += len(bt.lines)
+	for i := range bt.lines {
+		lr := &bt.lines[i]
+		if j := bt.idx[i]; j >= 0 {
 			r := res[j]
 			var ce *store.ConflictError
 			switch {
@@ -196,7 +233,6 @@ func (b *bulk) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	b.lines, b.idx, b.params = b.lines[:0], b.idx[:0], b.params[:0]
 	return b.out.Flush()
 }
 

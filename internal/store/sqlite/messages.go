@@ -30,7 +30,10 @@ const insertColN = 17
 
 const historyCols = `message_id, from_state, to_state, reason, event, applied, source, detail, at`
 
-const historyColN = 9
+// historyInsertCols adds the per-message sequence number.
+const historyInsertCols = historyCols + `, seq`
+
+const historyColN = 10
 
 func placeholders(rows, cols int) string {
 	one := "(" + strings.TrimSuffix(strings.Repeat("?,", cols), ",") + ")"
@@ -43,7 +46,7 @@ func insertMessagesSQL(n int) string {
 }
 
 func insertHistorySQL(n int) string {
-	return "INSERT INTO history (" + historyCols + ") VALUES " + placeholders(n, historyColN)
+	return "INSERT INTO history (" + historyInsertCols + ") VALUES " + placeholders(n, historyColN)
 }
 
 // MessageEnqueue creates one row or finds its replay.
@@ -79,7 +82,8 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 			results[i].Err = err
 			continue
 		}
-		rows = append(rows, pending{idx: i, msg: newMessage(&p, now), hash: p.BodyHash()})
+		m := newMessage(&p, now)
+		rows = append(rows, pending{idx: i, msg: m, hash: m.BodyHash})
 	}
 	if len(rows) == 0 {
 		return results, nil
@@ -207,7 +211,7 @@ func (s *Store) insertCreationHistory(ctx context.Context, tx *sql.Tx, ms []*sto
 		args := make([]any, 0, len(chunk)*historyColN)
 		for _, m := range chunk {
 			args = append(args, m.ID, string(state.None), string(m.State), "", string(state.Enqueue), 1,
-				store.SourceSend, "", micros(now))
+				store.SourceSend, "", micros(now), 1)
 		}
 		st, err := s.txStmt(ctx, tx, insertHistorySQL(len(chunk)))
 		if err != nil {
@@ -476,8 +480,9 @@ func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams
 	if res.Applied {
 		applied = 1
 	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO history ("+historyCols+") VALUES "+placeholders(1, historyColN),
-		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), applied, p.Source, p.Detail, micros(now)); err != nil {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, "+
+		"coalesce(max(seq), 0) + 1 FROM history WHERE message_id = ?",
+		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), applied, p.Source, p.Detail, micros(now), p.ID); err != nil {
 		return nil, fmt.Errorf("sqlite: transition history: %w", err)
 	}
 	if a := p.Attempt; a != nil {

@@ -75,8 +75,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	// busy_timeout first: the pragmas after it may need a lock that another
 	// process holds (switching a new file to WAL does).
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	q.Add("_pragma", "page_size(8192)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "cache_size(-65536)")
 	// Every write transaction takes the write lock up front: a deferred
 	// transaction that reads and then writes can fail with SQLITE_BUSY
 	// without waiting, where an immediate one waits its turn.

@@ -33,11 +33,12 @@ CREATE UNIQUE INDEX messages_tenant_key ON messages (tenant, key);
 CREATE INDEX messages_due ON messages (lane DESC, next_attempt_at) WHERE state = 'queued';
 -- What an operator must look at.
 CREATE INDEX messages_in_flight ON messages (updated_at) WHERE state IN ('sending', 'unknown');
-CREATE INDEX messages_recipient ON messages (recipient, created_at);
 
+-- Clustered by message: one b-tree, and a row's history is one range read.
+-- seq numbers a message's entries from 1.
 CREATE TABLE history (
-    seq        INTEGER PRIMARY KEY,
     message_id TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
     from_state TEXT    NOT NULL,
     to_state   TEXT    NOT NULL,
     reason     TEXT    NOT NULL DEFAULT '',
@@ -45,9 +46,9 @@ CREATE TABLE history (
     applied    INTEGER NOT NULL,
     source     TEXT    NOT NULL,
     detail     TEXT    NOT NULL DEFAULT '',
-    at         INTEGER NOT NULL
-);
-CREATE INDEX history_message ON history (message_id, seq);
+    at         INTEGER NOT NULL,
+    PRIMARY KEY (message_id, seq)
+) WITHOUT ROWID;
 
 CREATE TABLE attempts (
     seq              INTEGER PRIMARY KEY,
