@@ -76,7 +76,7 @@ func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
 	if a.ios.ErrTTY {
 		bar = progressbar.NewOptions64(size, progressbar.OptionSetWriter(a.ios.Err),
 			progressbar.OptionSetDescription("enqueue"), progressbar.OptionShowBytes(true),
-			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionOnCompletion(func() { fmt.Fprintln(a.ios.Err) }))
 	}
 	start := time.Now()
 	batches := make(chan *batch, 2)
