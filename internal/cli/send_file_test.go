@@ -85,4 +85,3 @@ func TestSendFileResultsStayInInputOrderAcrossBatches(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
