@@ -27,21 +27,30 @@ type Info struct {
 // recorded (a module version for `go install ...@v1.2.3`, a VCS revision for
 // a build from a checkout) so that every build can say what it is.
 func Get() Info {
+	bi, _ := debug.ReadBuildInfo()
+	return get(bi)
+}
+
+func get(bi *debug.BuildInfo) Info {
 	in := Info{Version: Version, Commit: Commit, Date: Date, GoVersion: runtime.Version(),
 		Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if in.Version == "" && bi.Main.Version != "" {
+	if bi != nil {
+		if in.Version == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 			in.Version = bi.Main.Version
 		}
+		modified := false
 		for _, s := range bi.Settings {
 			switch {
 			case s.Key == "vcs.revision" && in.Commit == "":
 				in.Commit = s.Value
 			case s.Key == "vcs.time" && in.Date == "":
 				in.Date = s.Value
-			case s.Key == "vcs.modified" && s.Value == "true" && in.Commit != "" && Commit == "":
-				in.Commit += "-dirty"
+			case s.Key == "vcs.modified":
+				modified = s.Value == "true"
 			}
+		}
+		if modified && in.Commit != "" && Commit == "" {
+			in.Commit += "-dirty"
 		}
 	}
 	if in.Version == "" {

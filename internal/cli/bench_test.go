@@ -49,7 +49,7 @@ func scatter(i int) uint64 {
 
 // BenchmarkSendFile100k measures `msgq send --file` of 100,000 JSON lines
 // into a fresh SQLite store, durable on return (WAL, synchronous=FULL, one
-// commit per 1,024 lines). Reported as rows/s.
+// commit per 4,096 lines). Reported as rows/s.
 //
 //	go test -run '^$' -bench SendFile100k -benchtime 3x ./internal/cli
 func BenchmarkSendFile100k(b *testing.B) {

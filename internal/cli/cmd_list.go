@@ -20,7 +20,7 @@ type listOptions struct {
 // params validates the filters and turns them into store parameters.
 func (o *listOptions) params(now time.Time, cfg *config) (*store.ListParams, error) {
 	p := &store.ListParams{Tenant: cfg.Tenant, Purpose: o.purpose, KeyPrefix: o.keyPrefix, Limit: o.limit}
-	if o.limit < 0 {
+	if o.limit <= 0 {
 		return nil, usagef("--limit must be positive")
 	}
 	if o.state != "" {

@@ -133,7 +133,13 @@ func printShow(a *app, m *store.Message, hist []store.HistoryEntry, atts []store
 		fmt.Fprintln(w, "none")
 		return nil
 	}
-	// Verbatim: never paraphrase a provider's error.
-	_, err := fmt.Fprintln(w, strings.TrimRight(m.LastError, "\n"))
-	return err
+	// Verbatim: never paraphrase (or trim) a provider's error.
+	if _, err := fmt.Fprint(w, m.LastError); err != nil {
+		return err
+	}
+	if !strings.HasSuffix(m.LastError, "\n") {
+		_, err := fmt.Fprintln(w)
+		return err
+	}
+	return nil
 }

@@ -63,6 +63,13 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 		err := v.ReadInConfig()
 		switch {
 		case err == nil:
+			// A misspelt key would silently fall back to a default (the
+			// wrong store, say): refuse it.
+			for _, k := range v.AllKeys() {
+				if !knownKey(k) {
+					return nil, usagef("config file %s: unknown setting %q (known: %s)", path, k, knownKeys())
+				}
+			}
 		case !explicit && errors.Is(err, fs.ErrNotExist):
 			path = "" // the default location is optional
 		default:
@@ -92,6 +99,23 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 		return nil, usagef("unknown log level %q (want debug, info, warn or error)", v.GetString("log_level"))
 	}
 	return cfg, nil
+}
+
+func knownKey(k string) bool {
+	for _, s := range settings {
+		if s.key == k {
+			return true
+		}
+	}
+	return false
+}
+
+func knownKeys() string {
+	var ks []string
+	for _, s := range settings {
+		ks = append(ks, s.key)
+	}
+	return strings.Join(ks, ", ")
 }
 
 // configPath is --config, else $MSGQ_CONFIG, else the default location

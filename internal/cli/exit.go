@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -60,8 +59,6 @@ func exitCode(err error) int {
 		return ExitConflict
 	case errors.As(err, &ue), errors.As(err, &ie), errors.As(err, &pe):
 		return ExitUsage
-	case errors.Is(err, context.Canceled):
-		return ExitError
 	}
 	return ExitError
 }

@@ -85,7 +85,7 @@ func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
 	go b.read(ctx, in, batches)
 	for bt := range batches {
 		if bt.err != nil {
-			return fmt.Errorf("read %s: %w", o.file, bt.err)
+			return fmt.Errorf("--file %s: %w", o.file, bt.err)
 		}
 		if err := b.flush(ctx, bt); err != nil {
 			return err
@@ -151,7 +151,12 @@ func openInput(a *app, name string) (io.ReadCloser, int64, error) {
 		return nil, 0, usagef("--file: %v", err)
 	}
 	size := int64(-1)
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+	fi, err := f.Stat()
+	switch {
+	case err == nil && fi.IsDir():
+		f.Close()
+		return nil, 0, usagef("--file: %s is a directory", name)
+	case err == nil && fi.Mode().IsRegular():
 		size = fi.Size()
 	}
 	return f, size, nil
@@ -181,6 +186,17 @@ func parseLine(line []byte, spec *sendSpec) error {
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(spec); err != nil {
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &te) && te.Field == "":
+			return usagef("malformed JSON: a line must be one JSON object, got %s", te.Value)
+		case errors.As(err, &te):
+			want := "a string"
+			if te.Field == "params" {
+				want = "an array of strings"
+			}
+			return usagef("malformed JSON: field %q must be %s, got %s", te.Field, want, te.Value)
+		}
 		return usagef("malformed JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -75,6 +76,8 @@ func (p *EnqueueParams) Validate(now time.Time) error {
 		return &InvalidError{"text", "cannot be combined with a template: send one or the other"}
 	case pl.Text == "" && pl.Template == "":
 		return &InvalidError{"payload", "needs a template or text"}
+	case pl.Template == "" && strings.TrimSpace(pl.Text) == "":
+		return &InvalidError{"text", "is blank"}
 	case pl.Text != "" && (pl.Lang != "" || len(pl.Params) > 0):
 		return &InvalidError{"text", "takes no language or parameters (those belong to a template)"}
 	case pl.FallbackTemplate != "" && pl.Text == "":

@@ -44,8 +44,8 @@ type Store interface {
 	// (nothing of it was written).
 	MessageEnqueueMany(ctx context.Context, ps []EnqueueParams) ([]EnqueueResult, error)
 
-	// MessageGet returns the row whose id or, failing that, whose key in
-	// tenant is ref. Errors: ErrNotFound.
+	// MessageGet returns the row of tenant whose id or, failing that, whose
+	// key is ref. Errors: ErrNotFound.
 	MessageGet(ctx context.Context, tenant, ref string) (*Message, error)
 
 	// MessageList returns rows matching p, newest first. Errors: *InvalidError
@@ -65,7 +65,9 @@ type Store interface {
 	// leased by p.LeaseOwner when that is set), writing a history row and,
 	// when p.Attempt is set, an attempt row in the same transaction.
 	// Errors: ErrNotFound; ErrStale when the row moved on (another writer
-	// won); *state.RefusedError when the machine refuses the event.
+	// won); ErrLeaseLive for an operator verdict on a sending row whose
+	// lease has not expired; *state.RefusedError when the machine refuses
+	// the event.
 	MessageTransition(ctx context.Context, p *TransitionParams) (*Message, error)
 
 	// Close releases the store's connections.
@@ -77,6 +79,7 @@ var (
 	ErrNotFound     = errors.New("not found")
 	ErrConflict     = errors.New("idempotency key reused with a different body")
 	ErrStale        = errors.New("the row changed since it was read")
+	ErrLeaseLive    = errors.New("a drain still holds the row's lease")
 	ErrSchemaTooNew = errors.New("the database schema is newer than this msgq")
 )
 

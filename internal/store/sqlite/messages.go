@@ -198,7 +198,7 @@ func newMessage(p *store.EnqueueParams, now time.Time) *store.Message {
 		payload.Params = nil
 	}
 	return &store.Message{
-		ID: newID(), Tenant: p.Tenant, Key: p.Key, BodyHash: p.BodyHash(), To: p.To,
+		ID: newID(now), Tenant: p.Tenant, Key: p.Key, BodyHash: p.BodyHash(), To: p.To,
 		Channel: p.Channel, Identity: p.Identity, Purpose: p.Purpose, TriggerRef: p.TriggerRef,
 		Lane: p.Lane, Payload: &payload, State: res.To, NextAttemptAt: next, ExpiresAt: exp,
 		ResendOf: p.ResendOf, CreatedAt: now, UpdatedAt: now,
@@ -288,7 +288,7 @@ func (s *Store) MessageGet(ctx context.Context, tenant, ref string) (*store.Mess
 	if tenant == "" {
 		tenant = store.DefaultTenant
 	}
-	m, err := s.getOne(ctx, s.r, "SELECT "+messageCols+" FROM messages WHERE id = ?", ref)
+	m, err := s.getOne(ctx, s.r, "SELECT "+messageCols+" FROM messages WHERE id = ? AND tenant = ?", ref, tenant)
 	if errors.Is(err, store.ErrNotFound) {
 		m, err = s.getOne(ctx, s.r, "SELECT "+messageCols+" FROM messages WHERE tenant = ? AND key = ?", tenant, ref)
 	}
@@ -346,7 +346,8 @@ func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.M
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at DESC, id DESC LIMIT ?"
+	// ids are ULIDs on the store's clock: the primary key is creation order.
+	q += " ORDER BY id DESC LIMIT ?"
 	args = append(args, limit)
 	rs, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
@@ -436,6 +437,12 @@ func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams
 	}
 	if cur.State != p.From || (p.LeaseOwner != "" && cur.LeaseOwner != p.LeaseOwner) {
 		return nil, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur.State, cur.LeaseOwner, p.From)
+	}
+	// A verdict on a sending row is only for one whose drain vanished: a
+	// live lease means a drain still owns the answer.
+	if p.Event.Kind == state.Resolve && cur.State == state.Sending && cur.LeaseUntil != nil && cur.LeaseUntil.After(now) {
+		return nil, fmt.Errorf("%w: message %s is leased by %s until %s", store.ErrLeaseLive, p.ID, cur.LeaseOwner,
+			cur.LeaseUntil.Format(time.RFC3339))
 	}
 
 	set := []string{"updated_at = ?"}

@@ -176,7 +176,10 @@ func (s *Store) Close() error {
 	}
 	s.stmts = map[string]*sql.Stmt{}
 	s.mu.Unlock()
-	return errors.Join(s.w.Close(), s.r.Close())
+	// Readers first: the last connection to close decides whether the WAL
+	// is kept, and only the writer's is set to keep it (persistWAL).
+	rerr := s.r.Close()
+	return errors.Join(s.w.Close(), rerr)
 }
 
 type migration struct {
@@ -281,16 +284,25 @@ func (s *Store) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt
 }
 
 // stmt returns the statement for query prepared once on the writer. Call it
-// only outside a write transaction.
+// only outside a write transaction. The lock is not held while preparing:
+// preparing waits for the writer connection, whose holder may be waiting
+// for the lock in txStmt.
 func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st, ok := s.stmts[query]; ok {
+	st, ok := s.stmts[query]
+	s.mu.Unlock()
+	if ok {
 		return st, nil
 	}
 	st, err := s.w.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev, ok := s.stmts[query]; ok {
+		st.Close() // another goroutine prepared it meanwhile
+		return prev, nil
 	}
 	s.stmts[query] = st
 	return st, nil
@@ -298,7 +310,12 @@ func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 
 func (s *Store) clock() time.Time { return s.now().UTC().Truncate(store.Resolution) }
 
-func newID() string { return ulid.Make().String() }
+// newID is a ULID on the store's clock, so ids sort as rows were created;
+// the default entropy is monotonic within a millisecond and safe for
+// concurrent use.
+func newID(now time.Time) string {
+	return ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
+}
 
 func micros(t time.Time) int64 { return t.UnixMicro() }
 

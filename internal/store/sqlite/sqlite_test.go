@@ -2,6 +2,7 @@ package sqlite_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,5 +52,37 @@ func TestNewFileIsPrivate(t *testing.T) {
 		if got := fi.Mode().Perm(); got != want {
 			t.Errorf("%s has mode %o, want %o", p, got, want)
 		}
+	}
+}
+
+func TestMigrateFromScratchAppliesEachVersionOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "msgq.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	applied, err := s.Migrate(ctx)
+	if err != nil || len(applied) != 1 || applied[0] != 1 {
+		t.Fatalf("first migrate applied %v, %v; want [1]", applied, err)
+	}
+	if applied, err = s.Migrate(ctx); err != nil || len(applied) != 0 {
+		t.Errorf("second migrate applied %v, %v; want nothing", applied, err)
+	}
+}
+
+func TestASchemaFromANewerMsgqIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "msgq.db")
+	h := open(t, path, nil)
+	if _, err := h.ExecForTest(ctx, "PRAGMA user_version = 99"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if !errors.Is(err, store.ErrSchemaTooNew) {
+		t.Errorf("open of a version-99 database: err = %v, want ErrSchemaTooNew", err)
 	}
 }

@@ -182,6 +182,7 @@ func testEnqueue(t *testing.T, h Harness) {
 			"expiry before start":    func(p *store.EnqueueParams) { p.NotBefore, p.ExpiresAt = t0.Add(time.Hour), t0.Add(time.Minute) },
 			"fallback for templates": func(p *store.EnqueueParams) { p.Payload.FallbackTemplate = "x" },
 			"bad tenant":             func(p *store.EnqueueParams) { p.Tenant = "a/b" },
+			"blank text":             func(p *store.EnqueueParams) { p.Payload = store.Payload{Text: "  \n "} },
 		}
 		for name, change := range cases {
 			p := Params("k-" + fmt.Sprint(len(name)))
@@ -319,7 +320,7 @@ func testGet(t *testing.T, h Harness) {
 
 	for _, tc := range []struct{ name, tenant, ref, want string }{
 		{"by id", "", m.ID, m.ID},
-		{"by id from another tenant", "acme", m.ID, m.ID},
+		{"by id in its own tenant", "acme", om.ID, om.ID},
 		{"by key in the default tenant", "", "order-7", m.ID},
 		{"by key in a named tenant", "acme", "order-7", om.ID},
 	} {
@@ -335,6 +336,9 @@ func testGet(t *testing.T, h Harness) {
 	}
 	if _, err := s.MessageGet(ctx, "other", "order-7"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a key from another tenant was found: %v", err)
+	}
+	if _, err := s.MessageGet(ctx, "acme", m.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("an id from another tenant was found: %v", err)
 	}
 }
 
@@ -512,6 +516,50 @@ func testMigrate(t *testing.T, h Harness) {
 
 func testConcurrency(t *testing.T, h Harness) {
 	ctx := context.Background()
+	t.Run("large batches and single sends at once on one handle all land", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t, nil)
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		const batches, batchSize, singles = 4, 600, 40
+		for b := range batches {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ps := make([]store.EnqueueParams, batchSize)
+				for i := range ps {
+					ps[i] = Params(fmt.Sprintf("batch-%d-%d", b, i))
+				}
+				res, err := s.MessageEnqueueMany(ctx, ps)
+				if err != nil {
+					t.Errorf("batch %d: %v", b, err)
+					return
+				}
+				for i, r := range res {
+					if r.Err != nil || r.Replayed {
+						t.Errorf("batch %d item %d: %+v", b, i, r)
+					}
+				}
+			}()
+		}
+		for i := range singles {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p := Params(fmt.Sprintf("single-%d", i))
+				if _, err := s.MessageEnqueue(ctx, &p); err != nil {
+					t.Errorf("single %d: %v", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		list := must[[]store.Message](t)(s.MessageList(ctx, &store.ListParams{Limit: 10000}))
+		if len(list) != batches*batchSize+singles {
+			t.Errorf("%d rows, want %d", len(list), batches*batchSize+singles)
+		}
+	})
+
 	t.Run("32 goroutines on 4 handles enqueue one key: one row, the rest replays", func(t *testing.T) {
 		t.Parallel()
 		first := h.New(t, nil)
