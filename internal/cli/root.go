@@ -109,6 +109,7 @@ defaults. The default store is $XDG_DATA_HOME/msgq/msgq.db
 		newShowCmd(a),
 		newMigrateCmd(a),
 		newVersionCmd(a),
+		newSimCmd(a),
 	)
 	return root
 }

@@ -1,0 +1,319 @@
+// Package sim is msgq's fault-injecting provider simulator (DESIGN.md §8).
+//
+// One Sim plays a messaging provider three ways at once, over shared state:
+//   - the generic HTTP messaging API (POST /v1/messages with Idempotency-Key),
+//   - the WhatsApp Cloud API send (POST /{version}/{phone-number-id}/messages),
+//   - an in-process provider.Provider with the HTTP API's semantics and no HTTP.
+//
+// Every message that "reached the phone" is appended to the delivery log
+// (Deliveries, GET /deliveries): the oracle for every exactly-once test.
+//
+// # Faults
+//
+// Each provider call that passed authentication and request validation
+// takes one decision from one draw r in [0,1) of a seeded math/rand/v2 PCG
+// source (no draw at all when every probability is 0). The probabilities
+// are laid end to end in this fixed order and the first interval holding r
+// wins:
+//
+//	429, 5xx, permanent, pair, drop, slow, otherwise none
+//
+// So one seed and one sequence of requests give one sequence of outcomes.
+// The refusals (429, 5xx, permanent, pair) deliver nothing and keep no
+// idempotency key. drop and slow process the call exactly as with no fault
+// (accept and record it, replay it, or refuse a reused key) and then lose the
+// answer: drop closes the connection without a response, slow answers only
+// after SlowDelay. Latency delays every provider call before it is decided,
+// so a caller that gives up during the latency delivered nothing.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// The values of Delivery.API.
+const (
+	APIHTTP      = "http"     // the generic HTTP messaging API
+	APIWhatsApp  = "whatsapp" // the WhatsApp Cloud API
+	APIInProcess = "sim"      // (*Sim).Provider(): the HTTP API's semantics without HTTP
+)
+
+// DefaultSlowDelay is the slow fault's delay when Config.SlowDelay is 0.
+const DefaultSlowDelay = 30 * time.Second
+
+// RetryAfter is the delay the 429 and pair faults state (Retry-After: 1).
+const RetryAfter = time.Second
+
+// Config is how the simulated provider behaves. The zero value is a
+// provider without faults that ignores idempotency keys; DefaultConfig is
+// the usual starting point.
+type Config struct {
+	// Fault probabilities, each in [0,1], together at most 1.
+	Fault429       float64 // rate limited with Retry-After; nothing delivered
+	Fault5xx       float64 // retryable server error; nothing delivered
+	FaultPermanent float64 // permanent refusal; nothing delivered
+	FaultPair      float64 // WhatsApp pair rate limit (131056); nothing delivered
+	FaultDrop      float64 // delivered, then the connection is closed without an answer
+	FaultSlow      float64 // delivered, answered only after SlowDelay
+
+	Latency   time.Duration // every provider call waits this long before it is decided
+	SlowDelay time.Duration // the slow fault's delay; 0 means DefaultSlowDelay
+
+	Seed uint64 // the fault decisions' random source
+
+	// Idempotent makes the HTTP API (and the in-process provider) honour
+	// Idempotency-Key: a repeat of an accepted key with the same body is
+	// replayed, with another body refused (409). When false the key is
+	// ignored and every accepted call is a new delivery. The WhatsApp API
+	// has no key and ignores this.
+	Idempotent bool
+
+	// Now stamps deliveries; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig is an idempotent provider without faults or latency.
+func DefaultConfig() Config {
+	return Config{Idempotent: true, SlowDelay: DefaultSlowDelay, Seed: 1}
+}
+
+func (c *Config) probabilities() [6]float64 {
+	return [6]float64{c.Fault429, c.Fault5xx, c.FaultPermanent, c.FaultPair, c.FaultDrop, c.FaultSlow}
+}
+
+var faultNames = [6]string{"fault-429", "fault-5xx", "fault-permanent", "fault-pair", "fault-drop", "fault-slow"}
+
+// Validate reports every problem with c at once. Probabilities are named as
+// the `msgq sim serve` flags name them.
+func (c Config) Validate() error {
+	var errs []error
+	sum, ok := 0.0, true
+	for i, p := range c.probabilities() {
+		// NaN fails every comparison, so test for the valid range.
+		if !(p >= 0 && p <= 1) {
+			errs = append(errs, fmt.Errorf("%s must be a probability between 0 and 1 (got %v)", faultNames[i], p))
+			ok = false
+			continue
+		}
+		sum += p
+	}
+	// A little slack for sums like 0.1+0.2+0.7 that round above 1.
+	if ok && sum > 1+1e-9 {
+		errs = append(errs, fmt.Errorf("fault probabilities add up to %v; at most 1", sum))
+	}
+	if c.Latency < 0 {
+		errs = append(errs, fmt.Errorf("latency must not be negative (got %v)", c.Latency))
+	}
+	if c.SlowDelay < 0 {
+		errs = append(errs, fmt.Errorf("slow-delay must not be negative (got %v)", c.SlowDelay))
+	}
+	return errors.Join(errs...)
+}
+
+// Delivery is one message that reached the phone. The JSON field names are a
+// contract (GET /deliveries): add, never rename.
+type Delivery struct {
+	Key string    `json:"key"` // the Idempotency-Key header (or Message.Key), "" if none
+	Ref string    `json:"ref"` // the http API's "ref", WhatsApp's biz_opaque_callback_data, or Message.ID
+	To  string    `json:"to"`
+	At  time.Time `json:"at"`  // marshals as RFC 3339 with nanoseconds, UTC
+	ID  string    `json:"id"`  // the provider message id: msg_<n> or wamid.<n>
+	API string    `json:"api"` // APIHTTP, APIWhatsApp or APIInProcess
+}
+
+// fault is one decision's fault, in the order the draw tests them.
+type fault uint8
+
+const (
+	fault429 fault = iota
+	fault5xx
+	faultPermanent
+	faultPair
+	faultDrop
+	faultSlow
+	faultNone
+)
+
+// outcome is what the provider did with a call that was not refused by a fault.
+type outcome uint8
+
+const (
+	accepted outcome = iota // a new delivery
+	replayed                // the key was accepted before with this body
+	conflict                // the key was accepted before with another body
+)
+
+// decision is one call's fate.
+type decision struct {
+	fault   fault
+	outcome outcome // unless fault is a refusal
+	id      string  // accepted, replayed
+}
+
+// refused says the fault refused the call: nothing was delivered.
+func (f fault) refused() bool { return f < faultDrop }
+
+// request is one send, normalised so the HTTP API and the in-process
+// provider compare bodies the same way.
+type request struct {
+	key, ref, to, channel string
+	hasTemplate           bool
+	name, lang            string
+	params                []string
+	text                  string
+}
+
+// sameBody compares everything but the key.
+func (r *request) sameBody(o *request) bool {
+	return r.ref == o.ref && r.to == o.to && r.channel == o.channel && r.hasTemplate == o.hasTemplate &&
+		r.name == o.name && r.lang == o.lang && slices.Equal(r.params, o.params) && r.text == o.text
+}
+
+type keyEntry struct {
+	id  string
+	req request
+}
+
+// Sim is a simulated provider. It is safe for concurrent use.
+type Sim struct {
+	cfg  Config
+	now  func() time.Time
+	cum  [6]float64 // cumulative fault thresholds
+	draw bool       // some fault has a non-zero probability
+
+	mu         sync.Mutex
+	rng        *rand.Rand
+	n          uint64              // provider message ids issued
+	keys       map[string]keyEntry // accepted idempotency keys
+	ids        map[string]struct{} // msg_ ids, for GET /v1/messages/{id}
+	deliveries []Delivery
+	trace      uint64 // fbtrace_id counter
+}
+
+// New returns a simulator. It panics if cfg does not Validate: a bad
+// configuration is a programming error here; commands validate first.
+func New(cfg Config) *Sim {
+	if err := cfg.Validate(); err != nil {
+		panic("sim: " + err.Error())
+	}
+	if cfg.SlowDelay == 0 {
+		cfg.SlowDelay = DefaultSlowDelay
+	}
+	s := &Sim{
+		cfg:  cfg,
+		now:  cfg.Now,
+		rng:  rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		keys: make(map[string]keyEntry),
+		ids:  make(map[string]struct{}),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	sum := 0.0
+	for i, p := range cfg.probabilities() {
+		sum += p
+		s.cum[i] = sum
+	}
+	s.draw = sum > 0
+	return s
+}
+
+// Config returns the configuration in effect (SlowDelay defaulted).
+func (s *Sim) Config() Config { return s.cfg }
+
+// Deliveries returns a copy of the delivery log, in order.
+func (s *Sim) Deliveries() []Delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.deliveries)
+}
+
+// DeliveryCount is len(Deliveries()) without the copy.
+func (s *Sim) DeliveryCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.deliveries)
+}
+
+// ResetDeliveries empties the delivery log. What the provider remembers
+// (accepted keys and message ids) is kept: a real provider does not forget
+// because a test cleared its notes.
+func (s *Sim) ResetDeliveries() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deliveries = nil
+}
+
+// pick draws this call's fault. s.mu must be held.
+func (s *Sim) pick() fault {
+	if !s.draw {
+		return faultNone
+	}
+	r := s.rng.Float64()
+	for i, c := range s.cum {
+		if r < c {
+			return fault(i)
+		}
+	}
+	return faultNone
+}
+
+// decide draws the call's fault and, unless it refuses the call, applies the
+// call: replays or refuses a known key, or accepts and records a delivery.
+// Everything happens under one lock, so concurrent calls with one key give
+// exactly one delivery.
+func (s *Sim) decide(api string, r *request) decision {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := decision{fault: s.pick()}
+	if d.fault.refused() {
+		return d
+	}
+	idem := api != APIWhatsApp && s.cfg.Idempotent && r.key != ""
+	if idem {
+		if e, ok := s.keys[r.key]; ok {
+			if e.req.sameBody(r) {
+				d.outcome, d.id = replayed, e.id
+			} else {
+				d.outcome = conflict
+			}
+			return d
+		}
+	}
+	s.n++
+	if api == APIWhatsApp {
+		d.id = "wamid." + strconv.FormatUint(s.n, 10)
+	} else {
+		d.id = "msg_" + strconv.FormatUint(s.n, 10)
+		s.ids[d.id] = struct{}{}
+	}
+	d.outcome = accepted
+	if idem {
+		e := keyEntry{id: d.id, req: *r}
+		e.req.params = slices.Clone(r.params) // the caller's slice may change
+		s.keys[r.key] = e
+	}
+	s.deliveries = append(s.deliveries, Delivery{Key: r.key, Ref: r.ref, To: r.to, At: s.now().UTC(), ID: d.id, API: api})
+	return d
+}
+
+// known says id is a msg_ id this provider accepted.
+func (s *Sim) known(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.ids[id]
+	return ok
+}
+
+func (s *Sim) traceID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.trace++
+	return "Asim" + strconv.FormatUint(s.trace, 10)
+}
