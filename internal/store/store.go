@@ -70,8 +70,76 @@ type Store interface {
 	// the event.
 	MessageTransition(ctx context.Context, p *TransitionParams) (*Message, error)
 
+	// MessageClaim leases up to p.Limit due rows to p.Owner for
+	// p.LeaseFor, reply lane first, then by next_attempt_at: each moves to
+	// sending with its attempt counted, in one durable transaction that
+	// commits before any provider call is made. Rows of paused identities
+	// are skipped. Due rows past their deadline are failed as expired on
+	// the way (history source "drain"). Pacing (p.Pacing, shared through
+	// the store by every drain process) gives each claimed row a slot
+	// before which its call must not start; rows whose identity or
+	// recipient has no slot within p.Horizon stay queued. Errors:
+	// *InvalidError for bad parameters.
+	MessageClaim(ctx context.Context, p *ClaimParams) ([]Claimed, error)
+
+	// IdentityPause stops claims for an identity (its rows stay queued)
+	// and records why. Pausing a paused identity updates the reason.
+	IdentityPause(ctx context.Context, name, reason string) error
+
+	// IdentityResume lets claims for an identity start again. Resuming an
+	// identity that is not paused is not an error.
+	IdentityResume(ctx context.Context, name string) error
+
+	// IdentityStates returns every identity the store knows of (paused
+	// ones, and those with rows), with its queue counts, by name.
+	IdentityStates(ctx context.Context) ([]IdentityState, error)
+
 	// Close releases the store's connections.
 	Close() error
+}
+
+// Pacing is one identity's limits, shared by every drain.
+type Pacing struct {
+	// Spacing is the least time between two calls of the identity
+	// (1/rate); zero means unlimited.
+	Spacing time.Duration
+	// PerRecipient is the least time between two calls to one recipient;
+	// zero means unlimited.
+	PerRecipient time.Duration
+}
+
+// ClaimParams says what a drain may claim.
+type ClaimParams struct {
+	Owner    string        // the lease owner: unique per drain process
+	LeaseFor time.Duration // how long the lease lasts
+	Limit    int           // at most this many rows
+	// Lane restricts claims to one lane ("" for both); Identities to these
+	// identities (empty for all).
+	Lane       string
+	Identities []string
+	// Pacing per identity; an identity without an entry is unpaced.
+	Pacing map[string]Pacing
+	// Horizon is how far ahead of now a slot may lie for the row to be
+	// claimed (the drain waits for it); zero means one second.
+	Horizon time.Duration
+	Now     time.Time // zero: the store's clock
+}
+
+// Claimed is a row leased to a drain, with the time its call may start.
+type Claimed struct {
+	Message
+	SlotAt time.Time
+}
+
+// IdentityState is an identity as the store sees it.
+type IdentityState struct {
+	Name     string     `json:"name"`
+	Paused   bool       `json:"paused"`
+	Reason   string     `json:"paused_reason"`
+	PausedAt *time.Time `json:"paused_at"`
+	Queued   int        `json:"queued"`
+	Sending  int        `json:"sending"`
+	Unknown  int        `json:"unknown"`
 }
 
 // Errors stores return. Match with errors.Is / errors.As.

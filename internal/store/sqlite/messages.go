@@ -82,7 +82,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 			results[i].Err = err
 			continue
 		}
-		m := newMessage(&p, now)
+		m := s.newMessage(&p, now)
 		rows = append(rows, pending{idx: i, msg: m, hash: m.BodyHash})
 	}
 	if len(rows) == 0 {
@@ -179,7 +179,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 }
 
 // newMessage is the row an enqueue creates, before it is written.
-func newMessage(p *store.EnqueueParams, now time.Time) *store.Message {
+func (s *Store) newMessage(p *store.EnqueueParams, now time.Time) *store.Message {
 	res, err := state.Transition(state.None, state.Event{Kind: state.Enqueue})
 	if err != nil {
 		panic(err) // the machine always admits a new row
@@ -198,7 +198,7 @@ func newMessage(p *store.EnqueueParams, now time.Time) *store.Message {
 		payload.Params = nil
 	}
 	return &store.Message{
-		ID: newID(now), Tenant: p.Tenant, Key: p.Key, BodyHash: p.BodyHash(), To: p.To,
+		ID: s.newID(now), Tenant: p.Tenant, Key: p.Key, BodyHash: p.BodyHash(), To: p.To,
 		Channel: p.Channel, Identity: p.Identity, Purpose: p.Purpose, TriggerRef: p.TriggerRef,
 		Lane: p.Lane, Payload: &payload, State: res.To, NextAttemptAt: next, ExpiresAt: exp,
 		ResendOf: p.ResendOf, CreatedAt: now, UpdatedAt: now,

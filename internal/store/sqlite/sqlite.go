@@ -5,6 +5,7 @@ package sqlite
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
 	"embed"
 	"errors"
@@ -40,6 +41,9 @@ type Store struct {
 
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared once on w, keyed by statement shape
+
+	idMu    sync.Mutex
+	entropy *ulid.MonotonicEntropy
 }
 
 var _ store.Store = (*Store)(nil)
@@ -106,7 +110,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
 
-	s := &Store{w: w, r: r, now: opts.Now, stmts: map[string]*sql.Stmt{}}
+	s := &Store{w: w, r: r, now: opts.Now, stmts: map[string]*sql.Stmt{}, entropy: ulid.Monotonic(rand.Reader, 0)}
 	if err := s.persistWAL(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -310,11 +314,14 @@ func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 
 func (s *Store) clock() time.Time { return s.now().UTC().Truncate(store.Resolution) }
 
-// newID is a ULID on the store's clock, so ids sort as rows were created;
-// the default entropy is monotonic within a millisecond and safe for
-// concurrent use.
-func newID(now time.Time) string {
-	return ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
+// newID is a ULID on the store's clock, so ids sort as rows were created.
+// The entropy is the store's own and monotonic: ids made in one
+// millisecond by this handle still sort in creation order (a process-wide
+// source would be re-seeded by other handles' calls in between).
+func (s *Store) newID(now time.Time) string {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	return ulid.MustNew(ulid.Timestamp(now), s.entropy).String()
 }
 
 func micros(t time.Time) int64 { return t.UnixMicro() }

@@ -1,0 +1,294 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// expireBatch bounds how many past-deadline rows one claim fails.
+const expireBatch = 500
+
+// MessageClaim leases due rows in one immediate (write-locked) transaction:
+// SQLite has one writer, so two drains never see the same queued row.
+func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store.Claimed, error) {
+	switch {
+	case p.Owner == "":
+		return nil, &store.InvalidError{Field: "owner", Msg: "is required"}
+	case p.LeaseFor <= 0:
+		return nil, &store.InvalidError{Field: "lease", Msg: "must be positive"}
+	case p.Limit <= 0:
+		return nil, &store.InvalidError{Field: "limit", Msg: "must be positive"}
+	case p.Lane != "" && p.Lane != store.LaneReply && p.Lane != store.LaneBulk:
+		return nil, &store.InvalidError{Field: "lane", Msg: fmt.Sprintf("must be reply or bulk (got %q)", p.Lane)}
+	}
+	now := p.Now.UTC().Truncate(store.Resolution)
+	if p.Now.IsZero() {
+		now = s.clock()
+	}
+	horizon := p.Horizon
+	if horizon <= 0 {
+		horizon = time.Second
+	}
+
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim: %w", err)
+	}
+	defer tx.Rollback()
+
+	if err := s.expireDue(ctx, tx, now); err != nil {
+		return nil, err
+	}
+
+	where := []string{"state = 'queued'", "next_attempt_at <= ?", "(expires_at IS NULL OR expires_at > ?)",
+		"identity NOT IN (SELECT name FROM identities WHERE paused = 1)"}
+	args := []any{micros(now), micros(now)}
+	if p.Lane != "" {
+		where, args = append(where, "lane = ?"), append(args, p.Lane)
+	}
+	if len(p.Identities) > 0 {
+		where = append(where, "identity IN ("+strings.TrimSuffix(strings.Repeat("?,", len(p.Identities)), ",")+")")
+		for _, id := range p.Identities {
+			args = append(args, id)
+		}
+	}
+	// Over-fetch: pacing may pass over some candidates (a recipient
+	// messaged moments ago) in favour of later ones.
+	args = append(args, p.Limit*4+16)
+	// lane DESC puts "reply" before "bulk"; the partial index messages_due
+	// serves this order.
+	rs, err := tx.QueryContext(ctx, "SELECT "+messageCols+" FROM messages WHERE "+strings.Join(where, " AND ")+
+		" ORDER BY lane DESC, next_attempt_at, id LIMIT ?", args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: claim: %w", err)
+	}
+	var cands []*store.Message
+	for rs.Next() {
+		m, err := scanMessage(rs)
+		if err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("sqlite: claim: %w", err)
+		}
+		cands = append(cands, m)
+	}
+	if err := rs.Close(); err != nil {
+		return nil, fmt.Errorf("sqlite: claim: %w", err)
+	}
+	if len(cands) == 0 {
+		return nil, tx.Commit()
+	}
+
+	pace, err := loadPace(ctx, tx, cands, p.Pacing)
+	if err != nil {
+		return nil, err
+	}
+	res, err := state.Transition(state.Queued, state.Event{Kind: state.Claim})
+	if err != nil {
+		return nil, err
+	}
+	until := now.Add(p.LeaseFor)
+	var claimed []store.Claimed
+	for _, m := range cands {
+		if len(claimed) == p.Limit {
+			break
+		}
+		slot, ok := pace.take(m, now, horizon)
+		if !ok {
+			continue
+		}
+		m.State, m.LeaseOwner, m.LeaseUntil, m.Attempts, m.UpdatedAt = res.To, p.Owner, &until, m.Attempts+1, now
+		claimed = append(claimed, store.Claimed{Message: *m, SlotAt: slot})
+	}
+	if len(claimed) == 0 {
+		return nil, tx.Commit()
+	}
+	for start := 0; start < len(claimed); start += insertChunk {
+		chunk := claimed[start:min(start+insertChunk, len(claimed))]
+		args := []any{string(res.To), p.Owner, micros(until), micros(now)}
+		hargs := make([]any, 0, len(chunk)*historyColN)
+		for _, c := range chunk {
+			args = append(args, c.ID)
+			hargs = append(hargs, c.ID, string(state.Queued), string(res.To), "", string(state.Claim), 1,
+				store.SourceDrain, "lease "+p.Owner, micros(now), nil)
+		}
+		r, err := tx.ExecContext(ctx, "UPDATE messages SET state = ?, lease_owner = ?, lease_until = ?, attempts = attempts + 1, "+
+			"updated_at = ? WHERE state = 'queued' AND id IN ("+strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+")", args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: claim: %w", err)
+		}
+		if n, _ := r.RowsAffected(); int(n) != len(chunk) {
+			return nil, fmt.Errorf("sqlite: claim: %d of %d rows changed under the write lock", n, len(chunk))
+		}
+		// seq: one more than the row's last history entry.
+		q := "INSERT INTO history (" + historyInsertCols + ") SELECT v.column1, v.column2, v.column3, v.column4, v.column5, " +
+			"v.column6, v.column7, v.column8, v.column9, (SELECT coalesce(max(seq), 0) + 1 FROM history h WHERE h.message_id = v.column1) " +
+			"FROM (VALUES " + placeholders(len(chunk), historyColN) + ") v"
+		if _, err := tx.ExecContext(ctx, q, hargs...); err != nil {
+			return nil, fmt.Errorf("sqlite: claim history: %w", err)
+		}
+	}
+	if err := pace.save(ctx, tx); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: claim: commit: %w", err)
+	}
+	return claimed, nil
+}
+
+// expireDue fails due queued rows whose deadline has passed: sending them
+// now would be worthless (DESIGN.md §2).
+func (s *Store) expireDue(ctx context.Context, tx *sql.Tx, now time.Time) error {
+	res, err := state.Transition(state.Queued, state.Event{Kind: state.Fail, Reason: state.Expired})
+	if err != nil {
+		return err
+	}
+	rs, err := tx.QueryContext(ctx, "SELECT id FROM messages WHERE state = 'queued' AND next_attempt_at <= ? "+
+		"AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?", micros(now), micros(now), expireBatch)
+	if err != nil {
+		return fmt.Errorf("sqlite: expire: %w", err)
+	}
+	var ids []string
+	for rs.Next() {
+		var id string
+		if err := rs.Scan(&id); err != nil {
+			rs.Close()
+			return fmt.Errorf("sqlite: expire: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rs.Close(); err != nil {
+		return fmt.Errorf("sqlite: expire: %w", err)
+	}
+	for _, id := range ids {
+		if _, err := tx.ExecContext(ctx, "UPDATE messages SET state = ?, reason = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
+			string(res.To), string(res.Reason), micros(now), id); err != nil {
+			return fmt.Errorf("sqlite: expire: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, ?, ?, 1, ?, ?, ?, "+
+			"coalesce(max(seq), 0) + 1 FROM history WHERE message_id = ?",
+			id, string(state.Queued), string(res.To), string(res.Reason), state.Event{Kind: state.Fail, Reason: state.Expired}.String(),
+			store.SourceDrain, "deadline passed before it could be sent", micros(now), id); err != nil {
+			return fmt.Errorf("sqlite: expire history: %w", err)
+		}
+	}
+	return nil
+}
+
+// pacer holds the pacing state a claim reads, advances and writes back.
+type pacer struct {
+	limits    map[string]store.Pacing
+	identity  map[string]time.Time // identity -> next free slot
+	recipient map[[2]string]time.Time
+	dirtyID   map[string]bool
+	dirtyRcpt map[[2]string]bool
+}
+
+func loadPace(ctx context.Context, tx *sql.Tx, cands []*store.Message, limits map[string]store.Pacing) (*pacer, error) {
+	pc := &pacer{limits: limits, identity: map[string]time.Time{}, recipient: map[[2]string]time.Time{},
+		dirtyID: map[string]bool{}, dirtyRcpt: map[[2]string]bool{}}
+	ids := map[string]bool{}
+	var pairs [][2]string
+	seen := map[[2]string]bool{}
+	for _, m := range cands {
+		l, ok := limits[m.Identity]
+		if !ok {
+			continue
+		}
+		if l.Spacing > 0 {
+			ids[m.Identity] = true
+		}
+		k := [2]string{m.Identity, m.To}
+		if l.PerRecipient > 0 && !seen[k] {
+			seen[k] = true
+			pairs = append(pairs, k)
+		}
+	}
+	for id := range ids {
+		var next int64
+		err := tx.QueryRowContext(ctx, "SELECT next_at FROM identity_pace WHERE identity = ?", id).Scan(&next)
+		switch {
+		case err == nil:
+			pc.identity[id] = fromMicros(next)
+		case errors.Is(err, sql.ErrNoRows):
+		default:
+			return nil, fmt.Errorf("sqlite: claim pacing: %w", err)
+		}
+	}
+	const chunk = 400
+	for start := 0; start < len(pairs); start += chunk {
+		part := pairs[start:min(start+chunk, len(pairs))]
+		args := make([]any, 0, 2*len(part))
+		for _, k := range part {
+			args = append(args, k[0], k[1])
+		}
+		rs, err := tx.QueryContext(ctx, "SELECT identity, recipient, next_at FROM recipient_pace WHERE (identity, recipient) IN (VALUES "+
+			placeholders(len(part), 2)+")", args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: claim pacing: %w", err)
+		}
+		for rs.Next() {
+			var id, to string
+			var next int64
+			if err := rs.Scan(&id, &to, &next); err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("sqlite: claim pacing: %w", err)
+			}
+			pc.recipient[[2]string{id, to}] = fromMicros(next)
+		}
+		if err := rs.Close(); err != nil {
+			return nil, fmt.Errorf("sqlite: claim pacing: %w", err)
+		}
+	}
+	return pc, nil
+}
+
+// take returns m's slot (the earliest time its call may start) and
+// reserves it, or false when the slot lies beyond the horizon.
+func (pc *pacer) take(m *store.Message, now time.Time, horizon time.Duration) (time.Time, bool) {
+	l, ok := pc.limits[m.Identity]
+	if !ok {
+		return now, true
+	}
+	slot := now
+	k := [2]string{m.Identity, m.To}
+	if l.Spacing > 0 && pc.identity[m.Identity].After(slot) {
+		slot = pc.identity[m.Identity]
+	}
+	if l.PerRecipient > 0 && pc.recipient[k].After(slot) {
+		slot = pc.recipient[k]
+	}
+	if slot.Sub(now) >= horizon {
+		return time.Time{}, false
+	}
+	if l.Spacing > 0 {
+		pc.identity[m.Identity], pc.dirtyID[m.Identity] = slot.Add(l.Spacing), true
+	}
+	if l.PerRecipient > 0 {
+		pc.recipient[k], pc.dirtyRcpt[k] = slot.Add(l.PerRecipient), true
+	}
+	return slot, true
+}
+
+func (pc *pacer) save(ctx context.Context, tx *sql.Tx) error {
+	for id := range pc.dirtyID {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO identity_pace (identity, next_at) VALUES (?, ?) "+
+			"ON CONFLICT (identity) DO UPDATE SET next_at = excluded.next_at", id, micros(pc.identity[id])); err != nil {
+			return fmt.Errorf("sqlite: claim pacing: %w", err)
+		}
+	}
+	for k := range pc.dirtyRcpt {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO recipient_pace (identity, recipient, next_at) VALUES (?, ?, ?) "+
+			"ON CONFLICT (identity, recipient) DO UPDATE SET next_at = excluded.next_at", k[0], k[1], micros(pc.recipient[k])); err != nil {
+			return fmt.Errorf("sqlite: claim pacing: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,97 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+
+	"github.com/msgq/msgq/internal/store"
+)
+
+// IdentityPause marks an identity paused, with the reason.
+func (s *Store) IdentityPause(ctx context.Context, name, reason string) error {
+	if name == "" {
+		return &store.InvalidError{Field: "identity", Msg: "is required"}
+	}
+	now := micros(s.clock())
+	_, err := s.w.ExecContext(ctx, "INSERT INTO identities (name, paused, paused_reason, paused_at, updated_at) VALUES (?, 1, ?, ?, ?) "+
+		"ON CONFLICT (name) DO UPDATE SET paused = 1, paused_reason = excluded.paused_reason, "+
+		"paused_at = CASE WHEN identities.paused = 1 THEN identities.paused_at ELSE excluded.paused_at END, updated_at = excluded.updated_at",
+		name, reason, now, now)
+	if err != nil {
+		return fmt.Errorf("sqlite: pause %s: %w", name, err)
+	}
+	return nil
+}
+
+// IdentityResume clears an identity's pause.
+func (s *Store) IdentityResume(ctx context.Context, name string) error {
+	if name == "" {
+		return &store.InvalidError{Field: "identity", Msg: "is required"}
+	}
+	_, err := s.w.ExecContext(ctx, "UPDATE identities SET paused = 0, paused_reason = '', paused_at = NULL, updated_at = ? WHERE name = ?",
+		micros(s.clock()), name)
+	if err != nil {
+		return fmt.Errorf("sqlite: resume %s: %w", name, err)
+	}
+	return nil
+}
+
+// IdentityStates lists known identities with their queue counts.
+func (s *Store) IdentityStates(ctx context.Context) ([]store.IdentityState, error) {
+	byName := map[string]*store.IdentityState{}
+	get := func(n string) *store.IdentityState {
+		if byName[n] == nil {
+			byName[n] = &store.IdentityState{Name: n}
+		}
+		return byName[n]
+	}
+	rs, err := s.r.QueryContext(ctx, "SELECT name, paused, paused_reason, paused_at FROM identities")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: identities: %w", err)
+	}
+	for rs.Next() {
+		var name, reason string
+		var paused bool
+		var at sql.NullInt64
+		if err := rs.Scan(&name, &paused, &reason, &at); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("sqlite: identities: %w", err)
+		}
+		st := get(name)
+		st.Paused, st.Reason, st.PausedAt = paused, reason, fromNullMicros(at)
+	}
+	if err := rs.Close(); err != nil {
+		return nil, fmt.Errorf("sqlite: identities: %w", err)
+	}
+	rs, err = s.r.QueryContext(ctx, "SELECT identity, state, count(*) FROM messages WHERE state IN ('queued', 'sending', 'unknown') GROUP BY identity, state")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: identities: %w", err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var name, st string
+		var n int
+		if err := rs.Scan(&name, &st, &n); err != nil {
+			return nil, fmt.Errorf("sqlite: identities: %w", err)
+		}
+		switch is := get(name); st {
+		case "queued":
+			is.Queued = n
+		case "sending":
+			is.Sending = n
+		case "unknown":
+			is.Unknown = n
+		}
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: identities: %w", err)
+	}
+	out := make([]store.IdentityState, 0, len(byName))
+	for _, st := range byName {
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
