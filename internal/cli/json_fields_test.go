@@ -38,7 +38,7 @@ func TestJSONFieldsArePinned(t *testing.T) {
 	m := &store.Message{ID: "01J", Key: "k", State: state.Queued, Payload: &store.Payload{Text: "x"},
 		CreatedAt: now, UpdatedAt: now, NextAttemptAt: now}
 	rowFields := []string{"attempts", "body_hash", "channel", "created_at", "expires_at", "id", "identity",
-		"key", "lane", "last_error", "next_attempt_at", "payload", "provider_id", "purpose", "ref", "state",
+		"key", "lane", "last_error", "maybe_sent", "next_attempt_at", "payload", "provider_id", "purpose", "ref", "state",
 		"tenant", "to", "updated_at"}
 
 	for _, tc := range []struct {

@@ -272,10 +272,18 @@ func (s *Sim) decide(api string, r *request) decision {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d := decision{fault: s.pick()}
-	if d.fault.refused() {
-		return d
-	}
 	idem := api != APIWhatsApp && s.cfg.Idempotent && r.key != ""
+	if d.fault.refused() {
+		// A provider that honours keys looks the key up before its
+		// business rules: a repeat of an accepted call is never refused
+		// for good (its recipient and content were already accepted).
+		// Overload (429, 5xx) can still refuse it.
+		if _, known := s.keys[r.key]; idem && known && (d.fault == faultPermanent || d.fault == faultPair) {
+			d.fault = faultNone
+		} else {
+			return d
+		}
+	}
 	if idem {
 		if e, ok := s.keys[r.key]; ok {
 			if e.req.sameBody(r) {

@@ -110,6 +110,7 @@ const (
 	Ambiguous    Kind = "ambiguous"     // [drain] the call may have gone through and the provider cannot dedupe
 	Fail         Kind = "fail"          // [drain] permanent refusal, attempts exhausted, or deadline passed (Reason says which)
 	Cancel       Kind = "cancel"        // [operator] stop a row that has not gone out
+	Abandon      Kind = "abandon"       // [drain] attempts or the deadline ran out after a call that may have gone out
 	LeaseExpired Kind = "lease_expired" // [reconcile] the lease holder vanished mid-call
 	LeaseRequeue Kind = "lease_requeue" // [reconcile] as LeaseExpired, for a provider that dedupes by key
 	Evidence     Kind = "evidence"      // [webhook, reconcile] the provider reports a status
@@ -240,6 +241,16 @@ func Transition(from State, ev Event) (Result, error) {
 			return refuse(from, ev, "only a queued row has certainly not gone out")
 		}
 		return fail(Canceled)
+
+	case Abandon:
+		// An earlier call's answer was lost and the row was retried with
+		// the same key (the provider dedupes): when retries then run out,
+		// that first call may still have reached the phone. Failing the
+		// row would invite a resend; unknown keeps it before an operator.
+		if from != Queued && from != Sending {
+			return refuse(from, ev, "only a queued or sending row is abandoned")
+		}
+		return move(Unknown)
 
 	case LeaseExpired:
 		if from != Sending {

@@ -24,6 +24,7 @@ var (
 	evCancel       = Event{Kind: Cancel}
 	evLeaseExpired = Event{Kind: LeaseExpired}
 	evLeaseRequeue = Event{Kind: LeaseRequeue}
+	evAbandon      = Event{Kind: Abandon}
 )
 
 func failWith(r Reason) Event      { return Event{Kind: Fail, Reason: r} }
@@ -47,6 +48,7 @@ var allEvents = []Event{
 	evCancel,
 	evLeaseExpired,
 	evLeaseRequeue,
+	evAbandon,
 	evidenceOf(None),
 	evidenceOf(Queued),
 	evidenceOf(Sending),
@@ -121,6 +123,7 @@ var matrix = []struct {
 	{None, failWith(NoReason), refused},
 	{None, evCancel, refused},
 	{None, evLeaseExpired, refused},
+	{None, evAbandon, refused},
 	{None, evLeaseRequeue, refused},
 	{None, evidenceOf(None), refused},
 	{None, evidenceOf(Queued), refused},
@@ -150,6 +153,7 @@ var matrix = []struct {
 	{Queued, failWith(NoReason), refused},
 	{Queued, evCancel, failedAs(Canceled)},
 	{Queued, evLeaseExpired, refused},
+	{Queued, evAbandon, becomes(Unknown)},
 	{Queued, evLeaseRequeue, refused},
 	{Queued, evidenceOf(None), refused},
 	{Queued, evidenceOf(Queued), refused},
@@ -179,6 +183,7 @@ var matrix = []struct {
 	{Sending, failWith(NoReason), refused},
 	{Sending, evCancel, refused},
 	{Sending, evLeaseExpired, becomes(Unknown)},
+	{Sending, evAbandon, becomes(Unknown)},
 	{Sending, evLeaseRequeue, becomes(Queued)},
 	{Sending, evidenceOf(None), refused},
 	{Sending, evidenceOf(Queued), refused},
@@ -207,6 +212,7 @@ var matrix = []struct {
 	{Unknown, failWith(NoReason), refused},
 	{Unknown, evCancel, refused},
 	{Unknown, evLeaseExpired, refused},
+	{Unknown, evAbandon, refused},
 	{Unknown, evLeaseRequeue, refused},
 	{Unknown, evidenceOf(None), refused},
 	{Unknown, evidenceOf(Queued), refused},
@@ -235,6 +241,7 @@ var matrix = []struct {
 	{Sent, failWith(NoReason), refused},
 	{Sent, evCancel, refused},
 	{Sent, evLeaseExpired, refused},
+	{Sent, evAbandon, refused},
 	{Sent, evLeaseRequeue, refused},
 	{Sent, evidenceOf(None), refused},
 	{Sent, evidenceOf(Queued), refused},
@@ -263,6 +270,7 @@ var matrix = []struct {
 	{Failed, failWith(NoReason), refused},
 	{Failed, evCancel, refused},
 	{Failed, evLeaseExpired, refused},
+	{Failed, evAbandon, refused},
 	{Failed, evLeaseRequeue, refused},
 	{Failed, evidenceOf(None), refused},
 	{Failed, evidenceOf(Queued), refused},
@@ -291,6 +299,7 @@ var matrix = []struct {
 	{Delivered, failWith(NoReason), refused},
 	{Delivered, evCancel, refused},
 	{Delivered, evLeaseExpired, refused},
+	{Delivered, evAbandon, refused},
 	{Delivered, evLeaseRequeue, refused},
 	{Delivered, evidenceOf(None), refused},
 	{Delivered, evidenceOf(Queued), refused},
@@ -319,6 +328,7 @@ var matrix = []struct {
 	{Read, failWith(NoReason), refused},
 	{Read, evCancel, refused},
 	{Read, evLeaseExpired, refused},
+	{Read, evAbandon, refused},
 	{Read, evLeaseRequeue, refused},
 	{Read, evidenceOf(None), refused},
 	{Read, evidenceOf(Queued), refused},
@@ -698,6 +708,7 @@ func TestEventString(t *testing.T) {
 		{evClaim, "claim"},
 		{evLeaseExpired, "lease_expired"},
 		{evLeaseRequeue, "lease_requeue"},
+		{evAbandon, "abandon"},
 		{failWith(Permanent), "fail(permanent)"},
 		{failWith(NoReason), "fail"},
 		{evidenceOf(Delivered), "evidence(delivered)"},

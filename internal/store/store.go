@@ -251,10 +251,13 @@ type Message struct {
 	LeaseUntil    *time.Time   `json:"lease_until,omitempty"`
 	ProviderID    string       `json:"provider_id"`
 	LastError     string       `json:"last_error"`
-	ResendOf      string       `json:"resend_of,omitempty"`
-	Resolution    string       `json:"resolution,omitempty"`
-	CreatedAt     time.Time    `json:"created_at"`
-	UpdatedAt     time.Time    `json:"updated_at"`
+	// MaybeSent says an earlier call's answer was lost: the message may
+	// have reached the phone even though the row is queued again.
+	MaybeSent  bool      `json:"maybe_sent"`
+	ResendOf   string    `json:"resend_of,omitempty"`
+	Resolution string    `json:"resolution,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
 }
 
 // Sources of state changes, recorded in history.
@@ -308,6 +311,9 @@ type TransitionParams struct {
 	Now time.Time
 	// NextAttemptAt schedules the row when the event puts it back in queued.
 	NextAttemptAt time.Time
+	// MaybeSent, when true, marks the row as possibly delivered (see
+	// Message.MaybeSent); it is never cleared.
+	MaybeSent bool
 	// ProviderID and LastError, when set, are recorded on the row.
 	ProviderID string
 	LastError  string

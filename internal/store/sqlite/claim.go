@@ -143,39 +143,48 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	return claimed, nil
 }
 
-// expireDue fails due queued rows whose deadline has passed: sending them
-// now would be worthless (DESIGN.md §2).
+// expireDue ends due queued rows whose deadline has passed: sending them
+// now would be worthless (DESIGN.md §2). A row none of whose calls can
+// have gone out fails as expired; one whose earlier call may have
+// (maybe_sent) becomes unknown, for a person to decide.
 func (s *Store) expireDue(ctx context.Context, tx *sql.Tx, now time.Time) error {
-	res, err := state.Transition(state.Queued, state.Event{Kind: state.Fail, Reason: state.Expired})
-	if err != nil {
-		return err
-	}
-	rs, err := tx.QueryContext(ctx, "SELECT id FROM messages WHERE state = 'queued' AND next_attempt_at <= ? "+
+	rs, err := tx.QueryContext(ctx, "SELECT id, maybe_sent FROM messages WHERE state = 'queued' AND next_attempt_at <= ? "+
 		"AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?", micros(now), micros(now), expireBatch)
 	if err != nil {
 		return fmt.Errorf("sqlite: expire: %w", err)
 	}
-	var ids []string
+	type due struct {
+		id        string
+		maybeSent bool
+	}
+	var rows []due
 	for rs.Next() {
-		var id string
-		if err := rs.Scan(&id); err != nil {
+		var d due
+		if err := rs.Scan(&d.id, &d.maybeSent); err != nil {
 			rs.Close()
 			return fmt.Errorf("sqlite: expire: %w", err)
 		}
-		ids = append(ids, id)
+		rows = append(rows, d)
 	}
 	if err := rs.Close(); err != nil {
 		return fmt.Errorf("sqlite: expire: %w", err)
 	}
-	for _, id := range ids {
+	for _, d := range rows {
+		ev, detail := state.Event{Kind: state.Fail, Reason: state.Expired}, "deadline passed before it could be sent"
+		if d.maybeSent {
+			ev, detail = state.Event{Kind: state.Abandon}, "deadline passed; an earlier call may have reached the phone"
+		}
+		res, err := state.Transition(state.Queued, ev)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, "UPDATE messages SET state = ?, reason = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
-			string(res.To), string(res.Reason), micros(now), id); err != nil {
+			string(res.To), string(res.Reason), micros(now), d.id); err != nil {
 			return fmt.Errorf("sqlite: expire: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, ?, ?, 1, ?, ?, ?, "+
 			"coalesce(max(seq), 0) + 1 FROM history WHERE message_id = ?",
-			id, string(state.Queued), string(res.To), string(res.Reason), state.Event{Kind: state.Fail, Reason: state.Expired}.String(),
-			store.SourceDrain, "deadline passed before it could be sent", micros(now), id); err != nil {
+			d.id, string(state.Queued), string(res.To), string(res.Reason), ev.String(), store.SourceDrain, detail, micros(now), d.id); err != nil {
 			return fmt.Errorf("sqlite: expire history: %w", err)
 		}
 	}

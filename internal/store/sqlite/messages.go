@@ -20,7 +20,7 @@ const insertChunk = 256
 
 const messageCols = `id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
 	payload, state, reason, attempts, next_attempt_at, expires_at, lease_owner, lease_until,
-	provider_id, last_error, resend_of, resolution, created_at, updated_at`
+	provider_id, last_error, resend_of, resolution, created_at, updated_at, maybe_sent`
 
 // insertCols are the columns an enqueue sets; the rest take their defaults.
 const insertCols = `id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
@@ -266,7 +266,7 @@ func scanMessage(sc scanner) (*store.Message, error) {
 	)
 	err := sc.Scan(&m.ID, &m.Tenant, &m.Key, &m.BodyHash, &m.To, &m.Channel, &m.Identity, &m.Purpose,
 		&m.TriggerRef, &m.Lane, &payload, &st, &reason, &m.Attempts, &next, &expires, &m.LeaseOwner,
-		&leaseUntil, &m.ProviderID, &m.LastError, &m.ResendOf, &m.Resolution, &created, &updated)
+		&leaseUntil, &m.ProviderID, &m.LastError, &m.ResendOf, &m.Resolution, &created, &updated, &m.MaybeSent)
 	if err != nil {
 		return nil, err
 	}
@@ -463,6 +463,9 @@ func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams
 	}
 	if p.ProviderID != "" {
 		set, args = append(set, "provider_id = ?"), append(args, p.ProviderID)
+	}
+	if p.MaybeSent {
+		set = append(set, "maybe_sent = 1")
 	}
 	if p.LastError != "" {
 		set, args = append(set, "last_error = ?"), append(args, p.LastError)

@@ -24,3 +24,8 @@ CREATE TABLE recipient_pace (
     next_at   INTEGER NOT NULL,
     PRIMARY KEY (identity, recipient)
 ) WITHOUT ROWID;
+
+-- Set when a call's answer was lost and the row was retried with the same
+-- key: that call may have reached the phone, so running out of attempts or
+-- time later makes the row unknown, never failed.
+ALTER TABLE messages ADD COLUMN maybe_sent INTEGER NOT NULL DEFAULT 0;

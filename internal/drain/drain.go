@@ -1,0 +1,423 @@
+// Package drain turns queued rows into provider calls without ever making
+// one logical send twice (DESIGN.md §5): a durable claim with a lease
+// before each call, the outcome classified by the retry table and written
+// through the state machine only while the lease is still ours, and every
+// call recorded as an attempt.
+package drain
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/provider"
+	"github.com/msgq/msgq/internal/retry"
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// Identity is one sending account: its provider, retry schedule and pacing.
+type Identity struct {
+	Name     string
+	Provider provider.Provider
+	Policy   retry.Policy
+	Pacing   store.Pacing
+}
+
+// Config is one drain run.
+type Config struct {
+	Store      store.Store
+	Identities map[string]*Identity
+	// Owner names this drain in leases; unique per process.
+	Owner string
+	// Lease is how long a claim lasts. It must cover the wait for the
+	// row's pacing slot, the call and writing the outcome; a row whose
+	// lease expires is never sent again automatically.
+	Lease time.Duration
+	// CallTimeout bounds one provider call.
+	CallTimeout time.Duration
+	// Concurrency is how many calls may be in flight at once.
+	Concurrency int
+	// Lane and Only restrict what is claimed ("" and empty: everything the
+	// configured identities send).
+	Lane string
+	Only []string
+	// Follow keeps draining until ctx ends; otherwise Run returns once
+	// nothing is eligible (cron).
+	Follow bool
+	// MaxDuration and MaxMessages stop claiming once reached (0: no limit).
+	MaxDuration time.Duration
+	MaxMessages int
+	// Grace is how long in-flight calls may run after ctx ends before they
+	// are cut off (a cut-off call is recorded like any other outcome).
+	Grace time.Duration
+	// IdlePoll is the longest wait between claims in Follow mode when the
+	// queue is empty.
+	IdlePoll time.Duration
+
+	Now  func() time.Time
+	Rand func() float64
+	Log  *slog.Logger
+}
+
+// Summary counts what a run did. Field names are a JSON contract.
+type Summary struct {
+	Claimed   int     `json:"claimed"`
+	Sent      int     `json:"sent"`
+	Retried   int     `json:"retried"`
+	Failed    int     `json:"failed"`
+	Unknown   int     `json:"unknown"`
+	Paused    int     `json:"paused"`
+	LeaseLost int     `json:"lease_lost"`
+	Seconds   float64 `json:"seconds"`
+}
+
+func (c *Config) defaults() error {
+	if c.Store == nil {
+		return errors.New("drain: no store")
+	}
+	if len(c.Identities) == 0 {
+		return errors.New("drain: no identities")
+	}
+	if c.Owner == "" {
+		return errors.New("drain: no owner")
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = 30 * time.Second
+	}
+	if c.Lease <= 0 {
+		c.Lease = 5 * time.Minute
+	}
+	// The slot horizon (1 s), the call and the outcome write must fit.
+	if c.Lease < c.CallTimeout+10*time.Second {
+		return fmt.Errorf("drain: lease %s must exceed the call timeout %s by at least 10s", c.Lease, c.CallTimeout)
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 8
+	}
+	if c.Grace <= 0 {
+		c.Grace = 10 * time.Second
+	}
+	if c.IdlePoll <= 0 {
+		c.IdlePoll = 2 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	for name, id := range c.Identities {
+		if id.Provider == nil {
+			return fmt.Errorf("drain: identity %s has no provider", name)
+		}
+		if err := id.Policy.Validate(); err != nil {
+			return fmt.Errorf("drain: identity %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+type drainer struct {
+	cfg    Config
+	names  []string
+	pacing map[string]store.Pacing
+
+	mu  sync.Mutex
+	sum Summary
+}
+
+// Run drains until nothing is eligible (or, with Follow, until ctx ends),
+// then waits for in-flight calls and returns what it did. An error means
+// the store failed; outcomes already recorded stay recorded.
+func Run(ctx context.Context, cfg Config) (Summary, error) {
+	if err := cfg.defaults(); err != nil {
+		return Summary{}, err
+	}
+	d := &drainer{cfg: cfg, pacing: map[string]store.Pacing{}}
+	only := map[string]bool{}
+	for _, n := range cfg.Only {
+		only[n] = true
+	}
+	for name, id := range cfg.Identities {
+		if len(only) == 0 || only[name] {
+			d.names = append(d.names, name)
+			d.pacing[name] = id.Pacing
+		}
+	}
+	if len(d.names) == 0 {
+		return Summary{}, fmt.Errorf("drain: none of the identities %v is configured", cfg.Only)
+	}
+	start := cfg.Now()
+
+	// Calls run under their own context: when ctx ends the drain stops
+	// claiming at once, but lets in-flight calls finish for Grace.
+	callCtx, cutOff := context.WithCancel(context.WithoutCancel(ctx))
+	defer cutOff()
+	stopGrace := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(cfg.Grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cutOff()
+		case <-callCtx.Done():
+		}
+	})
+	defer stopGrace()
+
+	sem := make(chan struct{}, cfg.Concurrency)
+	done := make(chan struct{}, cfg.Concurrency)
+	var wg sync.WaitGroup
+	var runErr error
+	idle := 50 * time.Millisecond
+	claimed := 0
+	for ctx.Err() == nil {
+		if cfg.MaxDuration > 0 && cfg.Now().Sub(start) >= cfg.MaxDuration {
+			break
+		}
+		want := cfg.Concurrency - len(sem)
+		if cfg.MaxMessages > 0 {
+			want = min(want, cfg.MaxMessages-claimed)
+			if want <= 0 && len(sem) == 0 {
+				break
+			}
+		}
+		if want <= 0 {
+			waitOne(ctx, done, time.Second)
+			continue
+		}
+		cs, err := cfg.Store.MessageClaim(ctx, &store.ClaimParams{Owner: cfg.Owner, LeaseFor: cfg.Lease, Limit: want,
+			Lane: cfg.Lane, Identities: d.names, Pacing: d.pacing})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			runErr = fmt.Errorf("claim: %w", err)
+			break
+		}
+		if len(cs) == 0 {
+			if len(sem) > 0 {
+				// Calls in flight may free pacing slots or end the run.
+				waitOne(ctx, done, idle)
+				continue
+			}
+			if !cfg.Follow {
+				break
+			}
+			sleep(ctx, idle)
+			idle = min(idle*2, cfg.IdlePoll)
+			continue
+		}
+		idle = 50 * time.Millisecond
+		claimed += len(cs)
+		d.add(func(s *Summary) { s.Claimed += len(cs) })
+		for i := range cs {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func(c store.Claimed) {
+				defer func() {
+					<-sem
+					wg.Done()
+					select {
+					case done <- struct{}{}:
+					default:
+					}
+				}()
+				d.send(callCtx, &c)
+			}(cs[i])
+		}
+	}
+	wg.Wait()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sum.Seconds = cfg.Now().Sub(start).Seconds()
+	return d.sum, runErr
+}
+
+func (d *drainer) add(f func(*Summary)) {
+	d.mu.Lock()
+	f(&d.sum)
+	d.mu.Unlock()
+}
+
+// send makes one call for a claimed row and records its outcome.
+func (d *drainer) send(ctx context.Context, c *store.Claimed) {
+	cfg := d.cfg
+	id := cfg.Identities[c.Identity]
+	log := cfg.Log.With("id", c.ID, "key", c.Key, "to", phone.Mask(c.To), "identity", c.Identity, "attempt", c.Attempts)
+
+	// Wait for the pacing slot. If the run is cut off first, no call was
+	// made: the row goes back to the queue (a definite retry).
+	if wait := c.SlotAt.Sub(cfg.Now()); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			d.record(c, log, provider.Result{Class: retry.Transient, RawError: "drain stopped before the call was made"},
+				retry.Decision{Action: retry.Requeue, At: cfg.Now()}, time.Time{}, time.Time{})
+			return
+		}
+	}
+
+	msg := &provider.Message{ID: c.ID, Key: providerKey(c.Tenant, c.Key), To: c.To, Channel: c.Channel}
+	if c.Payload != nil {
+		msg.Payload = *c.Payload
+	}
+	callCtx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
+	started := cfg.Now()
+	res := id.Provider.Send(callCtx, msg)
+	finished := cfg.Now()
+	cancel()
+
+	var expires time.Time
+	if c.ExpiresAt != nil {
+		expires = *c.ExpiresAt
+	}
+	rnd := cfg.Rand
+	if rnd == nil {
+		rnd = randFloat
+	}
+	table := retry.Table{Policy: id.Policy, Now: cfg.Now, Rand: rnd}
+	dec := table.Decide(retry.Outcome{Class: res.Class, RetryAfter: res.RetryAfter, Idempotent: id.Provider.Idempotent()},
+		c.Attempts, expires)
+	d.record(c, log, res, dec, started, finished)
+}
+
+// record writes one outcome through the state machine, conditionally on
+// still holding the lease. It runs even after the drain was told to stop:
+// an outcome we know must never be lost.
+func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result, dec retry.Decision, started, finished time.Time) {
+	cfg := d.cfg
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	if dec.Action == retry.PauseIdentity {
+		reason := fmt.Sprintf("%s (HTTP %d, code %s)", res.Class, res.HTTPStatus, orNone(res.Code))
+		if err := cfg.Store.IdentityPause(ctx, c.Identity, reason); err != nil {
+			log.Error("pause identity", "err", err)
+		} else {
+			log.Warn("identity paused", "reason", reason)
+			d.add(func(s *Summary) { s.Paused++ })
+		}
+	}
+	ev := dec.Event()
+	// This call, or an earlier one, may have reached the phone: a row that
+	// then runs out of attempts or time is unknown, not failed.
+	maybeSent := res.Class == retry.Ambiguous
+	if dec.Action == retry.MarkFailed && (dec.Reason == state.Exhausted || dec.Reason == state.Expired) && (maybeSent || c.MaybeSent) {
+		ev = state.Event{Kind: state.Abandon}
+	}
+	p := &store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: cfg.Owner, Event: ev, MaybeSent: maybeSent,
+		Source: store.SourceDrain, Detail: detail(res, dec), NextAttemptAt: dec.At, ProviderID: res.ProviderID}
+	if res.Class != retry.Accepted {
+		p.LastError = lastError(res)
+	}
+	if !started.IsZero() {
+		p.Attempt = &store.Attempt{Number: c.Attempts, StartedAt: started, FinishedAt: finished, Class: string(res.Class),
+			HTTPStatus: res.HTTPStatus, ProviderCode: res.Code, ProviderSubcode: res.Subcode, RawError: res.RawError,
+			Latency: finished.Sub(started)}
+	}
+	m, err := cfg.Store.MessageTransition(ctx, p)
+	switch {
+	case errors.Is(err, store.ErrStale):
+		// Someone else (reconcile, an operator) took the row after our
+		// lease expired; their word stands.
+		log.Warn("lease lost before the outcome was recorded", "outcome", dec.Action, "err", err)
+		d.add(func(s *Summary) { s.LeaseLost++ })
+		return
+	case err != nil:
+		// The row stays in sending with its lease: reconcile makes it
+		// unknown, never a silent resend.
+		log.Error("record outcome", "outcome", dec.Action, "err", err)
+		return
+	}
+	log.Debug("outcome", "state", m.State, "class", res.Class, "http", res.HTTPStatus, "code", res.Code)
+	d.add(func(s *Summary) {
+		switch m.State {
+		case state.Sent:
+			s.Sent++
+		case state.Queued:
+			s.Retried++
+		case state.Failed:
+			s.Failed++
+		case state.Unknown:
+			s.Unknown++
+		}
+	})
+}
+
+func detail(res provider.Result, dec retry.Decision) string {
+	switch dec.Action {
+	case retry.MarkSent:
+		if res.Replayed {
+			return "accepted (replay of an earlier call)"
+		}
+		return "accepted"
+	case retry.Requeue, retry.PauseIdentity:
+		return fmt.Sprintf("%s; next attempt %s", res.Class, dec.At.UTC().Format(time.RFC3339Nano))
+	}
+	return string(res.Class)
+}
+
+// lastError is the provider's error verbatim: its body, or the transport
+// error; the code alone when there is neither.
+func lastError(res provider.Result) string {
+	if res.RawError != "" {
+		return res.RawError
+	}
+	if res.Code != "" {
+		return "code " + res.Code
+	}
+	return string(res.Class)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// providerKey is the idempotency key sent to the provider. Keys are unique
+// per tenant, but a provider account may serve several tenants, so other
+// tenants' keys are qualified, and hashed when that would not fit the 64
+// characters idempotent APIs accept.
+func providerKey(tenant, key string) string {
+	if tenant == store.DefaultTenant {
+		return key
+	}
+	if k := tenant + ":" + key; len(k) <= 64 {
+		return k
+	}
+	sum := sha256.Sum256([]byte(tenant + "\x00" + key))
+	return "t:" + hex.EncodeToString(sum[:])[:62]
+}
+
+func randFloat() float64 { return rand.Float64() }
+
+func waitOne(ctx context.Context, done <-chan struct{}, max time.Duration) {
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,252 @@
+package drain_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/msgq/msgq/internal/drain"
+	"github.com/msgq/msgq/internal/provider"
+	"github.com/msgq/msgq/internal/retry"
+	"github.com/msgq/msgq/internal/sim"
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/sqlite"
+	"github.com/msgq/msgq/internal/store/storetest"
+)
+
+func setup(t *testing.T, n int, change func(i int, p *store.EnqueueParams)) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ps := make([]store.EnqueueParams, n)
+	for i := range ps {
+		ps[i] = storetest.Params(fmt.Sprintf("k-%04d", i))
+		ps[i].To = fmt.Sprintf("+1555%07d", i)
+		if change != nil {
+			change(i, &ps[i])
+		}
+	}
+	res, err := s.MessageEnqueueMany(context.Background(), ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	return s
+}
+
+// fastPolicy retries within milliseconds so tests can drain to the end.
+var fastPolicy = retry.Policy{Base: time.Millisecond, Factor: 2, Cap: 5 * time.Millisecond, MaxAttempts: 8}
+
+func config(s store.Store, p provider.Provider) drain.Config {
+	return drain.Config{Store: s, Owner: "test-drain", Concurrency: 8,
+		Identities: map[string]*drain.Identity{"sim": {Name: "sim", Provider: p, Policy: fastPolicy}}}
+}
+
+// drainAll runs cron-style drains until no row is queued any more.
+func drainAll(t *testing.T, s store.Store, cfg drain.Config) drain.Summary {
+	t.Helper()
+	var total drain.Summary
+	for range 200 {
+		sum, err := drain.Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total.Claimed += sum.Claimed
+		total.Sent += sum.Sent
+		total.Failed += sum.Failed
+		total.Unknown += sum.Unknown
+		total.Retried += sum.Retried
+		queued, err := s.MessageList(context.Background(), &store.ListParams{State: state.Queued, Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(queued) == 0 {
+			return total
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("rows still queued after 200 drains")
+	return total
+}
+
+func countStates(t *testing.T, s store.Store) map[state.State]int {
+	t.Helper()
+	ms, err := s.MessageList(context.Background(), &store.ListParams{Limit: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[state.State]int{}
+	for _, m := range ms {
+		out[m.State]++
+	}
+	return out
+}
+
+func TestCronDrainSendsEverythingOnceAndExitsWhenIdle(t *testing.T) {
+	t.Parallel()
+	s := setup(t, 200, nil)
+	sm := sim.New(sim.DefaultConfig())
+	sum, err := drain.Run(context.Background(), config(s, sm.Provider()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Claimed != 200 || sum.Sent != 200 {
+		t.Errorf("summary %+v, want 200 claimed and sent", sum)
+	}
+	if got := countStates(t, s); got[state.Sent] != 200 {
+		t.Errorf("states %v, want 200 sent", got)
+	}
+	keys := map[string]int{}
+	for _, d := range sm.Deliveries() {
+		keys[d.Key]++
+	}
+	if len(keys) != 200 {
+		t.Errorf("%d keys delivered, want 200", len(keys))
+	}
+	for k, n := range keys {
+		if n != 1 {
+			t.Errorf("key %s delivered %d times", k, n)
+		}
+	}
+	m, err := s.MessageGet(context.Background(), "", "k-0007")
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, err := s.MessageAttempts(context.Background(), m.ID)
+	if err != nil || len(atts) != 1 || atts[0].Class != string(retry.Accepted) || m.ProviderID == "" {
+		t.Errorf("row %+v attempts %+v (%v)", m, atts, err)
+	}
+	// Nothing eligible: a second run claims nothing and returns at once.
+	sum, err = drain.Run(context.Background(), config(s, sm.Provider()))
+	if err != nil || sum.Claimed != 0 {
+		t.Errorf("idle run: %+v, %v", sum, err)
+	}
+}
+
+func TestFaultsNeverDeliverAKeyTwice(t *testing.T) {
+	t.Parallel()
+	for _, idempotent := range []bool{true, false} {
+		t.Run(fmt.Sprintf("idempotent provider %v", idempotent), func(t *testing.T) {
+			t.Parallel()
+			s := setup(t, 300, nil)
+			cfg := sim.DefaultConfig()
+			cfg.Idempotent, cfg.Seed = idempotent, 7
+			cfg.Fault5xx, cfg.Fault429, cfg.FaultDrop, cfg.FaultPermanent = 0.1, 0.1, 0.05, 0.02
+			sm := sim.New(cfg)
+			drainAll(t, s, config(s, sm.Provider()))
+
+			delivered := map[string]int{}
+			for _, d := range sm.Deliveries() {
+				delivered[d.Key]++
+				if delivered[d.Key] > 1 {
+					t.Errorf("key %s delivered twice", d.Key)
+				}
+			}
+			ms, err := s.MessageList(context.Background(), &store.ListParams{Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range ms {
+				switch m.State {
+				case state.Sent:
+					if delivered[m.Key] != 1 {
+						t.Errorf("%s is sent but was delivered %d times", m.Key, delivered[m.Key])
+					}
+				case state.Unknown:
+					if idempotent {
+						t.Errorf("%s is unknown, but the provider dedupes by key: it should have been retried", m.Key)
+					}
+				case state.Failed:
+					if delivered[m.Key] != 0 {
+						t.Errorf("%s failed (%s) but reached the phone", m.Key, m.Reason)
+					}
+				default:
+					t.Errorf("%s left in %s", m.Key, m.State)
+				}
+			}
+			if got := countStates(t, s); !idempotent && got[state.Unknown] == 0 {
+				t.Errorf("no row became unknown with 5%% dropped answers: %v", got)
+			}
+		})
+	}
+}
+
+// identityRefuser stands in for a provider whose token was revoked.
+type identityRefuser struct{ calls atomic.Int32 }
+
+func (p *identityRefuser) Send(context.Context, *provider.Message) provider.Result {
+	p.calls.Add(1)
+	return provider.Result{Class: retry.Identity, HTTPStatus: 401, Code: "190", RawError: `{"error":{"code":190}}`}
+}
+func (p *identityRefuser) Idempotent() bool { return false }
+
+func TestAnIdentityErrorPausesTheIdentityNotEveryRow(t *testing.T) {
+	t.Parallel()
+	s := setup(t, 20, nil)
+	p := &identityRefuser{}
+	cfg := config(s, p)
+	cfg.Concurrency = 1
+	sum, err := drain.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.calls.Load() != 1 || sum.Paused != 1 || sum.Failed != 0 {
+		t.Errorf("calls %d, summary %+v: want one call, then the identity paused", p.calls.Load(), sum)
+	}
+	if got := countStates(t, s); got[state.Queued] != 20 {
+		t.Errorf("states %v, want all 20 still queued", got)
+	}
+	ids, err := s.IdentityStates(context.Background())
+	if err != nil || len(ids) != 1 || !ids[0].Paused || ids[0].Queued != 20 {
+		t.Errorf("identities %+v (%v)", ids, err)
+	}
+}
+
+func TestARetryPastTheDeadlineFailsAsExpired(t *testing.T) {
+	t.Parallel()
+	s := setup(t, 1, func(_ int, p *store.EnqueueParams) { p.ExpiresAt = time.Now().Add(2 * time.Second) })
+	cfg := sim.DefaultConfig()
+	cfg.Fault5xx = 1
+	sm := sim.New(cfg)
+	dc := config(s, sm.Provider())
+	dc.Identities["sim"].Policy = retry.Policy{Base: time.Hour, Factor: 2, Cap: time.Hour, MaxAttempts: 8}
+	dc.Rand = func() float64 { return 0.99 }
+	if _, err := drain.Run(context.Background(), dc); err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.MessageGet(context.Background(), "", "k-0000")
+	if err != nil || m.State != state.Failed || m.Reason != state.Expired || m.LastError == "" {
+		t.Errorf("row %+v (%v), want failed(expired) with the provider's error kept", m, err)
+	}
+}
+
+func TestStoppingFinishesInFlightCallsAndClaimsNoMore(t *testing.T) {
+	t.Parallel()
+	s := setup(t, 100, nil)
+	cfg := sim.DefaultConfig()
+	cfg.Latency = 200 * time.Millisecond
+	sm := sim.New(cfg)
+	dc := config(s, sm.Provider())
+	dc.Follow, dc.Concurrency = true, 4
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	sum, err := drain.Run(ctx, dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := countStates(t, s)
+	if got[state.Sending] != 0 || sum.Claimed != sum.Sent || sum.Sent != got[state.Sent] || sum.Sent == 0 || got[state.Queued] == 0 {
+		t.Errorf("after stop: summary %+v, states %v: want every claimed row sent, none left sending, the rest queued", sum, got)
+	}
+}
