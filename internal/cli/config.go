@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -24,6 +25,8 @@ type config struct {
 	DefaultIdentity string
 	Region          string // for local phone numbers
 	ConfigFile      string // the file read, if any
+	// Identities are the sending identities, the built-in sim included.
+	Identities map[string]*identity
 }
 
 // settings maps each config key to the flag that overrides it. The
@@ -48,8 +51,8 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 			return nil, err
 		}
 		// Only flags this command has: --identity on send is the default
-		// identity's override, and list has no such flag.
-		if f := cmd.Flags().Lookup(s.flag); f != nil {
+		// identity's override (drain's --identity is a filter, a list).
+		if f := cmd.Flags().Lookup(s.flag); f != nil && f.Value.Type() == "string" {
 			if err := v.BindPFlag(s.key, f); err != nil {
 				return nil, err
 			}
@@ -85,6 +88,17 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 		Region:          v.GetString("region"),
 		ConfigFile:      path,
 	}
+	var raw map[string]identityConfig
+	// A misspelt identity field (token_evn) is refused like a misspelt key.
+	strict := func(c *mapstructure.DecoderConfig) { c.ErrorUnused = true }
+	if err := v.UnmarshalKey("identities", &raw, strict); err != nil {
+		return nil, usagef("config: identities: %v", err)
+	}
+	ids, err := parseIdentities(raw)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Identities = ids
 	if cfg.Store == "" {
 		p, err := defaultStorePath()
 		if err != nil {
@@ -102,6 +116,9 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 }
 
 func knownKey(k string) bool {
+	if strings.HasPrefix(k, "identities.") {
+		return true // checked field by field when the identities are parsed
+	}
 	for _, s := range settings {
 		if s.key == k {
 			return true
@@ -115,7 +132,7 @@ func knownKeys() string {
 	for _, s := range settings {
 		ks = append(ks, s.key)
 	}
-	return strings.Join(ks, ", ")
+	return strings.Join(append(ks, "identities"), ", ")
 }
 
 // configPath is --config, else $MSGQ_CONFIG, else the default location

@@ -110,6 +110,8 @@ defaults. The default store is $XDG_DATA_HOME/msgq/msgq.db
 		newMigrateCmd(a),
 		newVersionCmd(a),
 		newSimCmd(a),
+		newDrainCmd(a),
+		newIdentitiesCmd(a),
 	)
 	return root
 }

@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/msgq/msgq/internal/drain"
+	"github.com/msgq/msgq/internal/store"
+)
+
+type drainOptions struct {
+	follow      bool
+	concurrency int
+	maxDuration time.Duration
+	maxMessages int
+	lane        string
+	identities  []string
+	lease       time.Duration
+	callTimeout time.Duration
+	grace       time.Duration
+}
+
+func (o *drainOptions) Validate(cfg *config) error {
+	switch {
+	case o.concurrency <= 0:
+		return usagef("--concurrency must be positive")
+	case o.maxDuration < 0 || o.maxMessages < 0:
+		return usagef("--max-duration and --max-messages cannot be negative")
+	case o.lane != "" && o.lane != store.LaneReply && o.lane != store.LaneBulk:
+		return usagef("--lane must be reply or bulk (got %q)", o.lane)
+	case o.callTimeout <= 0 || o.grace < 0:
+		return usagef("--call-timeout must be positive and --grace not negative")
+	case o.lease < o.callTimeout+10*time.Second:
+		return usagef("--lease %s must exceed --call-timeout %s by at least 10s: a lease that ends mid-call makes the row stuck", o.lease, o.callTimeout)
+	}
+	for _, n := range o.identities {
+		if _, ok := cfg.Identities[n]; !ok {
+			return usagef("--identity %s is not configured (see msgq identities)", n)
+		}
+	}
+	return nil
+}
+
+func newDrainCmd(a *app) *cobra.Command {
+	o := &drainOptions{}
+	cmd := &cobra.Command{
+		Use:   "drain",
+		Short: "Send what is due, exactly once, then exit (or keep going with --follow)",
+		Long: `Claim due messages, send each through its identity's provider, and record the
+outcome. Each claim is committed (durably) before the provider is called, with a
+lease; the outcome is written only while the lease is still held. A call whose
+answer is lost becomes "unknown" (or is retried with the same key when the
+provider deduplicates by key): it is never sent again blindly.
+
+Without --follow, drain exits 0 as soon as nothing is eligible: run it from cron.
+SIGINT/SIGTERM stop claiming; calls in flight get --grace to finish and their
+outcomes are recorded. A one-line summary goes to stderr; -o json prints it as
+an object on stdout.
+
+` + exitStatusHelp,
+		Example: `  msgq drain
+  msgq drain --follow --concurrency 32
+  msgq drain --lane reply --identity shop --max-duration 50s`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(a.cfg); err != nil {
+				return err
+			}
+			ids, err := drainIdentities(a.cfg.Identities)
+			if err != nil {
+				return err
+			}
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			sum, err := drain.Run(cmd.Context(), drain.Config{
+				Store: st, Identities: ids, Owner: leaseOwner(), Lease: o.lease, CallTimeout: o.callTimeout,
+				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
+				MaxDuration: o.maxDuration, MaxMessages: o.maxMessages, Grace: o.grace, Log: a.log,
+			})
+			fmt.Fprintf(a.ios.Err, "drain: claimed %d, sent %d, retried %d, failed %d, unknown %d, identities paused %d, leases lost %d (%.1fs)\n",
+				sum.Claimed, sum.Sent, sum.Retried, sum.Failed, sum.Unknown, sum.Paused, sum.LeaseLost, sum.Seconds)
+			if a.cfg.Output == outJSON {
+				if perr := printJSON(a.ios.Out, sum); perr != nil && err == nil {
+					err = perr
+				}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.follow, "follow", false, "keep draining until interrupted (default: exit when nothing is eligible)")
+	f.IntVar(&o.concurrency, "concurrency", 8, "provider calls in flight at once")
+	f.DurationVar(&o.maxDuration, "max-duration", 0, "stop claiming after this long (0: no limit)")
+	f.IntVar(&o.maxMessages, "max-messages", 0, "stop claiming after this many messages (0: no limit)")
+	f.StringVar(&o.lane, "lane", "", "only this lane: reply or bulk")
+	f.StringArrayVar(&o.identities, "identity", nil, "only this identity (repeat for more)")
+	f.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a claim is held; must exceed --call-timeout")
+	f.DurationVar(&o.callTimeout, "call-timeout", 30*time.Second, "how long one provider call may take")
+	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long calls in flight may finish")
+	return cmd
+}
+
+// leaseOwner names this process in leases: host, pid and a random suffix
+// (pids are reused).
+func leaseOwner() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

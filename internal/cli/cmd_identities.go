@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/msgq/msgq/internal/store"
+)
+
+// identityRow is one line of `msgq identities`. Field names are a JSON
+// contract.
+type identityRow struct {
+	Name         string     `json:"name"`
+	Provider     string     `json:"provider"`
+	Configured   bool       `json:"configured"`
+	Rate         string     `json:"rate"`
+	PerRecipient string     `json:"per_recipient_interval"`
+	Paused       bool       `json:"paused"`
+	Reason       string     `json:"paused_reason"`
+	PausedAt     *time.Time `json:"paused_at"`
+	Queued       int        `json:"queued"`
+	Sending      int        `json:"sending"`
+	Unknown      int        `json:"unknown"`
+}
+
+func newIdentitiesCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "identities",
+		Short: "Sending identities: their pacing, queues, and whether a provider error paused them",
+		Long: `List the sending identities: those in the config file (and the built-in sim), and
+any the store has rows or a pause for. An identity-class provider error (token
+expired, account blocked) pauses the identity: its rows stay queued until
+'msgq identities resume NAME'.
+
+` + exitStatusHelp,
+		Args: exactArgs(0, "no arguments (or the pause/resume subcommands)"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			states, err := st.IdentityStates(cmd.Context())
+			if err != nil {
+				return err
+			}
+			rows := map[string]*identityRow{}
+			for n, id := range a.cfg.Identities {
+				rows[n] = &identityRow{Name: n, Provider: id.Config.Provider, Configured: true, Rate: id.Rate,
+					PerRecipient: id.Config.PerRecipientInterval}
+			}
+			for _, s := range states {
+				r := rows[s.Name]
+				if r == nil {
+					r = &identityRow{Name: s.Name}
+					rows[s.Name] = r
+				}
+				r.Paused, r.Reason, r.PausedAt, r.Queued, r.Sending, r.Unknown = s.Paused, s.Reason, s.PausedAt, s.Queued, s.Sending, s.Unknown
+			}
+			out := sortedRows(rows)
+			if a.cfg.Output == outJSON {
+				return printJSON(a.ios.Out, out)
+			}
+			table := make([][]string, 0, len(out))
+			for _, r := range out {
+				paused := "no"
+				if r.Paused {
+					paused = "yes: " + r.Reason
+				}
+				prov := r.Provider
+				if !r.Configured {
+					prov = "(not configured)"
+				}
+				table = append(table, []string{r.Name, prov, orDash(r.Rate), orDash(r.PerRecipient), strconv.Itoa(r.Queued),
+					strconv.Itoa(r.Sending), strconv.Itoa(r.Unknown), paused})
+			}
+			return printTable(a.ios.Out, []string{"NAME", "PROVIDER", "RATE", "PER-RECIPIENT", "QUEUED", "SENDING", "UNKNOWN", "PAUSED"}, table)
+		},
+	}
+	var reason string
+	pause := &cobra.Command{
+		Use:   "pause NAME",
+		Short: "Stop claims for an identity (its rows stay queued)",
+		Args:  exactArgs(1, "one identity name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !store.ValidKey(args[0]) {
+				return usagef("identity %q: names are 1 to 64 characters of A-Za-z0-9._:-", args[0])
+			}
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := st.IdentityPause(cmd.Context(), args[0], "operator: "+reason); err != nil {
+				return err
+			}
+			return printJSONOrLine(a, map[string]any{"name": args[0], "paused": true}, "identity "+args[0]+" paused")
+		},
+	}
+	pause.Flags().StringVar(&reason, "reason", "paused by hand", "why (shown in msgq identities)")
+	resume := &cobra.Command{
+		Use:   "resume NAME",
+		Short: "Let claims for an identity start again",
+		Args:  exactArgs(1, "one identity name"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := st.IdentityResume(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			return printJSONOrLine(a, map[string]any{"name": args[0], "paused": false}, "identity "+args[0]+" resumed")
+		},
+	}
+	cmd.AddCommand(pause, resume)
+	return cmd
+}
+
+func sortedRows(rows map[string]*identityRow) []identityRow {
+	out := make([]identityRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].Name < out[j-1].Name; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// printJSONOrLine prints v with -o json, else one line for people.
+func printJSONOrLine(a *app, v any, line string) error {
+	if a.cfg.Output == outJSON {
+		return printJSON(a.ios.Out, v)
+	}
+	_, err := a.ios.Out.Write([]byte(line + "\n"))
+	return err
+}

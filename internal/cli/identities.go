@@ -1,0 +1,198 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/msgq/msgq/internal/drain"
+	"github.com/msgq/msgq/internal/provider"
+	"github.com/msgq/msgq/internal/provider/httpapi"
+	"github.com/msgq/msgq/internal/provider/whatsapp"
+	"github.com/msgq/msgq/internal/retry"
+	"github.com/msgq/msgq/internal/sim"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// Providers an identity may use.
+const (
+	providerWhatsApp = "whatsapp"
+	providerHTTP     = "http"
+	providerSim      = "sim"
+)
+
+// builtinSim is the identity that exists with no configuration at all: the
+// in-process simulator, so the quick start runs on a fresh machine.
+const builtinSim = "sim"
+
+// identityConfig is one entry under `identities:` in the config file.
+type identityConfig struct {
+	Provider             string `mapstructure:"provider"`
+	Channel              string `mapstructure:"channel"`
+	BaseURL              string `mapstructure:"base_url"`
+	PhoneNumberID        string `mapstructure:"phone_number_id"`
+	TokenEnv             string `mapstructure:"token_env"`
+	Rate                 string `mapstructure:"rate"`
+	PerRecipientInterval string `mapstructure:"per_recipient_interval"`
+	Retry                struct {
+		Base        string  `mapstructure:"base"`
+		Cap         string  `mapstructure:"cap"`
+		Factor      float64 `mapstructure:"factor"`
+		MaxAttempts int     `mapstructure:"max_attempts"`
+	} `mapstructure:"retry"`
+}
+
+// identity is a configured identity, validated.
+type identity struct {
+	Name   string
+	Config identityConfig
+	Policy retry.Policy
+	Pacing store.Pacing
+	Rate   string // as written, for display
+}
+
+// parseIdentities validates the identities section; the built-in sim is
+// added unless the file defines one of that name.
+func parseIdentities(raw map[string]identityConfig) (map[string]*identity, error) {
+	out := map[string]*identity{}
+	for name, ic := range raw {
+		id, err := parseIdentity(name, ic)
+		if err != nil {
+			return nil, usagef("config: identity %s: %v", name, err)
+		}
+		out[name] = id
+	}
+	if _, ok := out[builtinSim]; !ok {
+		out[builtinSim] = &identity{Name: builtinSim, Config: identityConfig{Provider: providerSim}, Policy: retry.DefaultPolicy()}
+	}
+	return out, nil
+}
+
+func parseIdentity(name string, ic identityConfig) (*identity, error) {
+	if !store.ValidKey(name) {
+		return nil, fmt.Errorf("names are 1 to 64 characters of A-Za-z0-9._:-")
+	}
+	id := &identity{Name: name, Config: ic, Policy: retry.DefaultPolicy(), Rate: ic.Rate}
+	switch ic.Provider {
+	case providerWhatsApp:
+		if ic.PhoneNumberID == "" {
+			return nil, fmt.Errorf("provider whatsapp needs phone_number_id")
+		}
+		fallthrough
+	case providerHTTP:
+		if ic.TokenEnv == "" {
+			return nil, fmt.Errorf("provider %s needs token_env (the environment variable holding its token)", ic.Provider)
+		}
+		if ic.Provider == providerHTTP && ic.BaseURL == "" {
+			return nil, fmt.Errorf("provider http needs base_url")
+		}
+	case providerSim:
+	case "":
+		return nil, fmt.Errorf("provider is required (whatsapp, http or sim)")
+	default:
+		return nil, fmt.Errorf("unknown provider %q (want whatsapp, http or sim)", ic.Provider)
+	}
+	if ic.Channel != "" && ic.Channel != store.ChannelWhatsApp && ic.Channel != store.ChannelSMS {
+		return nil, fmt.Errorf("channel must be whatsapp or sms (got %q)", ic.Channel)
+	}
+	if ic.Rate != "" {
+		spacing, err := parseRate(ic.Rate)
+		if err != nil {
+			return nil, err
+		}
+		id.Pacing.Spacing = spacing
+	}
+	if ic.PerRecipientInterval != "" {
+		d, err := time.ParseDuration(ic.PerRecipientInterval)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("per_recipient_interval %q is not a duration like 6s", ic.PerRecipientInterval)
+		}
+		id.Pacing.PerRecipient = d
+	}
+	r := ic.Retry
+	for _, f := range []struct {
+		v   string
+		dst *time.Duration
+		key string
+	}{{r.Base, &id.Policy.Base, "retry.base"}, {r.Cap, &id.Policy.Cap, "retry.cap"}} {
+		if f.v == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f.v)
+		if err != nil {
+			return nil, fmt.Errorf("%s %q is not a duration like 5s", f.key, f.v)
+		}
+		*f.dst = d
+	}
+	if r.Factor != 0 {
+		id.Policy.Factor = r.Factor
+	}
+	if r.MaxAttempts != 0 {
+		id.Policy.MaxAttempts = r.MaxAttempts
+	}
+	if err := id.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("retry: %v", oneLine(err.Error()))
+	}
+	return id, nil
+}
+
+// parseRate reads "80/s", "600/m" or "1000/h" and returns the spacing
+// between calls that keeps to it.
+func parseRate(s string) (time.Duration, error) {
+	n, unit, ok := strings.Cut(s, "/")
+	count, err := strconv.Atoi(strings.TrimSpace(n))
+	if !ok || err != nil || count <= 0 {
+		return 0, fmt.Errorf("rate %q is not like 80/s, 600/m or 1000/h", s)
+	}
+	per := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}[strings.TrimSpace(unit)]
+	if per == 0 {
+		return 0, fmt.Errorf("rate %q: the unit is s, m or h", s)
+	}
+	return per / time.Duration(count), nil
+}
+
+// provider builds the identity's provider. Secrets come from the
+// environment at this point and go nowhere but the provider's requests.
+func (id *identity) provider() (provider.Provider, error) {
+	ic := id.Config
+	token := ""
+	if ic.TokenEnv != "" {
+		token = os.Getenv(ic.TokenEnv)
+		if token == "" {
+			return nil, usagef("identity %s: environment variable %s (token_env) is not set", id.Name, ic.TokenEnv)
+		}
+	}
+	switch ic.Provider {
+	case providerWhatsApp:
+		return whatsapp.New(whatsapp.Config{BaseURL: ic.BaseURL, PhoneNumberID: ic.PhoneNumberID, Token: token}), nil
+	case providerHTTP:
+		return httpapi.New(httpapi.Config{BaseURL: ic.BaseURL, Token: token}), nil
+	}
+	if ic.BaseURL != "" {
+		// A sim served over HTTP (msgq sim serve) speaks the http API.
+		return httpapi.New(httpapi.Config{BaseURL: ic.BaseURL, Token: "sim"}), nil
+	}
+	return sim.New(sim.DefaultConfig()).Provider(), nil
+}
+
+// drainIdentities builds the drain's view of the configured identities.
+func drainIdentities(ids map[string]*identity) (map[string]*drain.Identity, error) {
+	out := map[string]*drain.Identity{}
+	names := make([]string, 0, len(ids))
+	for n := range ids {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		id := ids[n]
+		p, err := id.provider()
+		if err != nil {
+			return nil, err
+		}
+		out[n] = &drain.Identity{Name: n, Provider: p, Policy: id.Policy, Pacing: id.Pacing}
+	}
+	return out, nil
+}
