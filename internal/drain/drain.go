@@ -129,9 +129,57 @@ type drainer struct {
 	cfg    Config
 	names  []string
 	pacing map[string]store.Pacing
+	// outcomes feeds the recorder, which writes them in batches: one
+	// durable commit for many calls.
+	outcomes chan *outcome
 
 	mu  sync.Mutex
 	sum Summary
+}
+
+// outcome is one call's result on its way to the store.
+type outcome struct {
+	p    store.TransitionParams
+	done chan store.TransitionResult
+}
+
+// maxOutcomeBatch bounds one outcome transaction.
+const maxOutcomeBatch = 256
+
+// recorder writes outcomes as they come, batching whatever queued up while
+// the previous batch was committing (group commit). It stops when
+// outcomes is closed.
+func (d *drainer) recorder(wg *sync.WaitGroup) {
+	defer wg.Done()
+	batch := make([]*outcome, 0, maxOutcomeBatch)
+	params := make([]store.TransitionParams, 0, maxOutcomeBatch)
+	for first := range d.outcomes {
+		batch, params = append(batch[:0], first), append(params[:0], first.p)
+	fill:
+		for len(batch) < maxOutcomeBatch {
+			select {
+			case o, ok := <-d.outcomes:
+				if !ok {
+					break fill
+				}
+				batch, params = append(batch, o), append(params, o.p)
+			default:
+				break fill
+			}
+		}
+		// Outcomes are written even after the drain was told to stop: an
+		// outcome we know must never be lost.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		res, err := d.cfg.Store.MessageTransitionMany(ctx, params)
+		cancel()
+		for i, o := range batch {
+			if err != nil {
+				o.done <- store.TransitionResult{Err: err}
+			} else {
+				o.done <- res[i]
+			}
+		}
+	}
 }
 
 // Run drains until nothing is eligible (or, with Follow, until ctx ends),
@@ -172,6 +220,11 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	})
 	defer stopGrace()
 
+	d.outcomes = make(chan *outcome, cfg.Concurrency)
+	var recWG sync.WaitGroup
+	recWG.Add(1)
+	go d.recorder(&recWG)
+
 	sem := make(chan struct{}, cfg.Concurrency)
 	done := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -189,7 +242,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 				break
 			}
 		}
-		if want <= 0 {
+		// Claim in batches: each claim is a durable commit, so wait until
+		// half the slots are free rather than claim one row at a time.
+		if want <= 0 || (len(sem) > 0 && want < (cfg.Concurrency+1)/2 && (cfg.MaxMessages == 0 || claimed+want < cfg.MaxMessages)) {
 			waitOne(ctx, done, time.Second)
 			continue
 		}
@@ -235,6 +290,8 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		}
 	}
 	wg.Wait()
+	close(d.outcomes)
+	recWG.Wait()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.sum.Seconds = cfg.Now().Sub(start).Seconds()
@@ -325,7 +382,10 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 			HTTPStatus: res.HTTPStatus, ProviderCode: res.Code, ProviderSubcode: res.Subcode, RawError: res.RawError,
 			Latency: finished.Sub(started)}
 	}
-	m, err := cfg.Store.MessageTransition(ctx, p)
+	o := &outcome{p: *p, done: make(chan store.TransitionResult, 1)}
+	d.outcomes <- o
+	r := <-o.done
+	err := r.Err
 	switch {
 	case errors.Is(err, store.ErrStale):
 		// Someone else (reconcile, an operator) took the row after our
@@ -339,9 +399,9 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 		log.Error("record outcome", "outcome", dec.Action, "err", err)
 		return
 	}
-	log.Debug("outcome", "state", m.State, "class", res.Class, "http", res.HTTPStatus, "code", res.Code)
+	log.Debug("outcome", "state", r.State, "class", res.Class, "http", res.HTTPStatus, "code", res.Code)
 	d.add(func(s *Summary) {
-		switch m.State {
+		switch r.State {
 		case state.Sent:
 			s.Sent++
 		case state.Queued:

@@ -19,6 +19,12 @@ import (
 )
 
 func setup(t *testing.T, n int, change func(i int, p *store.EnqueueParams)) *sqlite.Store {
+	return setupTB(t, n, change)
+}
+
+func setupB(b *testing.B, n int) *sqlite.Store { return setupTB(b, n, nil) }
+
+func setupTB(t testing.TB, n int, change func(i int, p *store.EnqueueParams)) *sqlite.Store {
 	t.Helper()
 	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "q.db"), sqlite.Options{})
 	if err != nil {

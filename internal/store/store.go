@@ -70,6 +70,14 @@ type Store interface {
 	// the event.
 	MessageTransition(ctx context.Context, p *TransitionParams) (*Message, error)
 
+	// MessageTransitionMany applies several transitions in one durable
+	// transaction (drain's outcomes: one commit for many calls). Each
+	// result carries its own error, with the meanings of
+	// MessageTransition's, and an item that fails writes nothing while the
+	// others apply. The returned error is for the batch as a whole
+	// (nothing of it was written).
+	MessageTransitionMany(ctx context.Context, ps []TransitionParams) ([]TransitionResult, error)
+
 	// MessageClaim leases up to p.Limit due rows to p.Owner for
 	// p.LeaseFor, reply lane first, then by next_attempt_at: each moves to
 	// sending with its attempt counted, in one durable transaction that
@@ -320,6 +328,20 @@ type TransitionParams struct {
 	Resolution string
 	// Attempt, when set, is written in the same transaction.
 	Attempt *Attempt
+}
+
+// TransitionResult is one item of MessageTransitionMany.
+type TransitionResult struct {
+	State state.State // the row's state after the item (when Err is nil)
+	Err   error
+}
+
+// IsItemError says err belongs to one transition (the row, the machine or
+// the caller's parameters), not to the database: a batch goes on past it.
+func IsItemError(err error) bool {
+	var ie *InvalidError
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrStale) || errors.Is(err, ErrLeaseLive) ||
+		errors.Is(err, state.ErrRefused) || errors.As(err, &ie)
 }
 
 // ListParams filters MessageList. Zero values mean "any".

@@ -143,13 +143,13 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	return claimed, nil
 }
 
-// expireDue ends due queued rows whose deadline has passed: sending them
+// expireDue ends queued rows whose deadline has passed: sending them
 // now would be worthless (DESIGN.md §2). A row none of whose calls can
 // have gone out fails as expired; one whose earlier call may have
 // (maybe_sent) becomes unknown, for a person to decide.
 func (s *Store) expireDue(ctx context.Context, tx *sql.Tx, now time.Time) error {
-	rs, err := tx.QueryContext(ctx, "SELECT id, maybe_sent FROM messages WHERE state = 'queued' AND next_attempt_at <= ? "+
-		"AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?", micros(now), micros(now), expireBatch)
+	rs, err := tx.QueryContext(ctx, "SELECT id, maybe_sent FROM messages WHERE state = 'queued' "+
+		"AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?", micros(now), expireBatch)
 	if err != nil {
 		return fmt.Errorf("sqlite: expire: %w", err)
 	}

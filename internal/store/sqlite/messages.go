@@ -414,35 +414,96 @@ func (s *Store) MessageAttempts(ctx context.Context, id string) ([]store.Attempt
 // MessageTransition applies one event through the state machine,
 // conditionally on the state (and lease) the caller read.
 func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams) (*store.Message, error) {
-	if p.Event.Kind == state.Claim || p.Event.Kind == state.Enqueue {
-		return nil, &store.InvalidError{Field: "event", Msg: string(p.Event.Kind) + " has its own store method"}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: transition: %w", err)
 	}
-	res, err := state.Transition(p.From, p.Event)
+	defer tx.Rollback()
+	ts := newTxStmts(tx)
+	defer ts.close()
+	if _, err := s.applyTransition(ctx, ts, p); err != nil {
+		return nil, err
+	}
+	m, err := s.getOne(ctx, tx, "SELECT "+messageCols+" FROM messages WHERE id = ?", p.ID)
 	if err != nil {
 		return nil, err
 	}
-	now := p.Now.UTC().Truncate(store.Resolution)
-	if p.Now.IsZero() {
-		now = s.clock()
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: transition: commit: %w", err)
+	}
+	return m, nil
+}
+
+// MessageTransitionMany applies several transitions in one transaction:
+// one fsync for a batch of outcomes.
+func (s *Store) MessageTransitionMany(ctx context.Context, ps []store.TransitionParams) ([]store.TransitionResult, error) {
+	out := make([]store.TransitionResult, len(ps))
+	if len(ps) == 0 {
+		return out, nil
 	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: transition: %w", err)
 	}
 	defer tx.Rollback()
-
-	cur, err := s.getOne(ctx, tx, "SELECT "+messageCols+" FROM messages WHERE id = ?", p.ID)
-	if err != nil {
-		return nil, err
+	ts := newTxStmts(tx)
+	defer ts.close()
+	for i := range ps {
+		res, err := s.applyTransition(ctx, ts, &ps[i])
+		switch {
+		case err == nil:
+			out[i].State = res.To
+		case store.IsItemError(err):
+			out[i].Err = err
+		default:
+			return nil, err
+		}
 	}
-	if cur.State != p.From || (p.LeaseOwner != "" && cur.LeaseOwner != p.LeaseOwner) {
-		return nil, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur.State, cur.LeaseOwner, p.From)
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: transition: commit: %w", err)
+	}
+	return out, nil
+}
+
+// applyTransition checks and writes one transition inside tx. Its errors
+// are either the item's own (store.IsItemError: nothing of it was
+// written) or the database's.
+func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.TransitionParams) (state.Result, error) {
+	if p.Event.Kind == state.Claim || p.Event.Kind == state.Enqueue {
+		return state.Result{}, &store.InvalidError{Field: "event", Msg: string(p.Event.Kind) + " has its own store method"}
+	}
+	res, err := state.Transition(p.From, p.Event)
+	if err != nil {
+		return res, err
+	}
+	now := p.Now.UTC().Truncate(store.Resolution)
+	if p.Now.IsZero() {
+		now = s.clock()
+	}
+	var (
+		cur        string
+		leaseOwner string
+		leaseUntil sql.NullInt64
+	)
+	row, err := tx.queryRow(ctx, "SELECT state, lease_owner, lease_until FROM messages WHERE id = ?", p.ID)
+	if err != nil {
+		return res, fmt.Errorf("sqlite: transition: %w", err)
+	}
+	err = row.Scan(&cur, &leaseOwner, &leaseUntil)
+	if errors.Is(err, sql.ErrNoRows) {
+		return res, store.ErrNotFound
+	}
+	if err != nil {
+		return res, fmt.Errorf("sqlite: transition: %w", err)
+	}
+	if state.State(cur) != p.From || (p.LeaseOwner != "" && leaseOwner != p.LeaseOwner) {
+		return res, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
 	}
 	// A verdict on a sending row is only for one whose drain vanished: a
 	// live lease means a drain still owns the answer.
-	if p.Event.Kind == state.Resolve && cur.State == state.Sending && cur.LeaseUntil != nil && cur.LeaseUntil.After(now) {
-		return nil, fmt.Errorf("%w: message %s is leased by %s until %s", store.ErrLeaseLive, p.ID, cur.LeaseOwner,
-			cur.LeaseUntil.Format(time.RFC3339))
+	if p.Event.Kind == state.Resolve && cur == string(state.Sending) && leaseUntil.Valid && fromMicros(leaseUntil.Int64).After(now) {
+		return res, fmt.Errorf("%w: message %s is leased by %s until %s", store.ErrLeaseLive, p.ID, leaseOwner,
+			fromMicros(leaseUntil.Int64).Format(time.RFC3339))
 	}
 
 	set := []string{"updated_at = ?"}
@@ -479,35 +540,74 @@ func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams
 		q += " AND lease_owner = ?"
 		args = append(args, p.LeaseOwner)
 	}
-	r, err := tx.ExecContext(ctx, q, args...)
+	r, err := tx.exec(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: transition: %w", err)
+		return res, fmt.Errorf("sqlite: transition: %w", err)
 	}
 	if n, _ := r.RowsAffected(); n != 1 {
-		return nil, fmt.Errorf("%w: message %s", store.ErrStale, p.ID)
+		// Under the write lock the row cannot have moved since the read;
+		// this is a database fault, not a lost race.
+		return res, fmt.Errorf("sqlite: transition: message %s: %d rows changed", p.ID, n)
 	}
 	applied := 0
 	if res.Applied {
 		applied = 1
 	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, "+
+	if _, err := tx.exec(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, "+
 		"coalesce(max(seq), 0) + 1 FROM history WHERE message_id = ?",
 		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), applied, p.Source, p.Detail, micros(now), p.ID); err != nil {
-		return nil, fmt.Errorf("sqlite: transition history: %w", err)
+		return res, fmt.Errorf("sqlite: transition history: %w", err)
 	}
 	if a := p.Attempt; a != nil {
-		if _, err := tx.ExecContext(ctx, "INSERT INTO attempts ("+attemptCols+") VALUES "+placeholders(1, 10),
+		if _, err := tx.exec(ctx, "INSERT INTO attempts ("+attemptCols+") VALUES "+placeholders(1, 10),
 			p.ID, a.Number, micros(a.StartedAt), micros(a.FinishedAt), a.Class, a.HTTPStatus, a.ProviderCode,
 			a.ProviderSubcode, a.RawError, a.Latency.Microseconds()); err != nil {
-			return nil, fmt.Errorf("sqlite: transition attempt: %w", err)
+			return res, fmt.Errorf("sqlite: transition attempt: %w", err)
 		}
 	}
-	m, err := s.getOne(ctx, tx, "SELECT "+messageCols+" FROM messages WHERE id = ?", p.ID)
+	return res, nil
+}
+
+// txStmts prepares each distinct statement once per transaction: a batch of
+// outcomes runs the same few statements many times, and preparing is most
+// of an execution's cost.
+type txStmts struct {
+	tx    *sql.Tx
+	stmts map[string]*sql.Stmt
+}
+
+func newTxStmts(tx *sql.Tx) *txStmts { return &txStmts{tx: tx, stmts: map[string]*sql.Stmt{}} }
+
+func (t *txStmts) prepare(ctx context.Context, q string) (*sql.Stmt, error) {
+	if st, ok := t.stmts[q]; ok {
+		return st, nil
+	}
+	st, err := t.tx.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("sqlite: transition: commit: %w", err)
+	t.stmts[q] = st
+	return st, nil
+}
+
+func (t *txStmts) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	st, err := t.prepare(ctx, q)
+	if err != nil {
+		return nil, err
 	}
-	return m, nil
+	return st.ExecContext(ctx, args...)
+}
+
+func (t *txStmts) queryRow(ctx context.Context, q string, args ...any) (*sql.Row, error) {
+	st, err := t.prepare(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryRowContext(ctx, args...), nil
+}
+
+func (t *txStmts) close() {
+	for _, st := range t.stmts {
+		st.Close()
+	}
 }

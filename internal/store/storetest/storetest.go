@@ -481,6 +481,38 @@ func testTransition(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("a batch of transitions applies the good ones and reports each bad one", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t, nil)
+		var ids []string
+		for i := range 3 {
+			p := Params(fmt.Sprintf("k%d", i))
+			ids = append(ids, must[*store.EnqueueResult](t)(s.MessageEnqueue(ctx, &p)).Message.ID)
+		}
+		cancel := state.Event{Kind: state.Cancel}
+		res := must[[]store.TransitionResult](t)(s.MessageTransitionMany(ctx, []store.TransitionParams{
+			{ID: ids[0], From: state.Queued, Event: cancel, Source: store.SourceOperator},
+			{ID: ids[1], From: state.Sending, Event: state.Event{Kind: state.Accept}, Source: store.SourceDrain},
+			{ID: "missing", From: state.Queued, Event: cancel, Source: store.SourceOperator},
+			{ID: ids[2], From: state.Queued, Event: state.Event{Kind: state.Accept}, Source: store.SourceOperator},
+			{ID: ids[0], From: state.Queued, Event: cancel, Source: store.SourceOperator},
+		}))
+		if res[0].Err != nil || res[0].State != state.Failed {
+			t.Errorf("good item: %+v", res[0])
+		}
+		for i, want := range []error{nil, store.ErrStale, store.ErrNotFound, state.ErrRefused, store.ErrStale} {
+			if want != nil && !errors.Is(res[i].Err, want) {
+				t.Errorf("item %d: err = %v, want %v", i, res[i].Err, want)
+			}
+		}
+		for i, id := range ids {
+			hist := must[[]store.HistoryEntry](t)(s.MessageHistory(ctx, id))
+			if want := map[int]int{0: 2, 1: 1, 2: 1}[i]; len(hist) != want {
+				t.Errorf("row %d has %d history entries, want %d", i, len(hist), want)
+			}
+		}
+	})
+
 	t.Run("refusals and missing rows are typed errors", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t, nil)

@@ -29,8 +29,9 @@ CREATE TABLE messages (
 
 -- Idempotency is this index's job, never a check-then-insert.
 CREATE UNIQUE INDEX messages_tenant_key ON messages (tenant, key);
--- What drain claims: due queued rows, reply lane first, oldest first.
-CREATE INDEX messages_due ON messages (lane DESC, next_attempt_at) WHERE state = 'queued';
+-- What drain claims: due queued rows, reply lane first, oldest first (id
+-- breaks ties, so a claim reads the index in order and stops at its limit).
+CREATE INDEX messages_due ON messages (lane DESC, next_attempt_at, id) WHERE state = 'queued';
 -- What an operator must look at.
 CREATE INDEX messages_in_flight ON messages (updated_at) WHERE state IN ('sending', 'unknown');
 

@@ -29,3 +29,6 @@ CREATE TABLE recipient_pace (
 -- key: that call may have reached the phone, so running out of attempts or
 -- time later makes the row unknown, never failed.
 ALTER TABLE messages ADD COLUMN maybe_sent INTEGER NOT NULL DEFAULT 0;
+
+-- Queued rows with a deadline, for the claim's expiry sweep.
+CREATE INDEX messages_expiring ON messages (expires_at) WHERE state = 'queued' AND expires_at IS NOT NULL;
