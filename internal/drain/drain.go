@@ -167,11 +167,7 @@ func (d *drainer) recorder(wg *sync.WaitGroup) {
 				break fill
 			}
 		}
-		// Outcomes are written even after the drain was told to stop: an
-		// outcome we know must never be lost.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		res, err := d.cfg.Store.MessageTransitionMany(ctx, params)
-		cancel()
+		res, err := d.writeOutcomes(params)
 		for i, o := range batch {
 			if err != nil {
 				o.done <- store.TransitionResult{Err: err}
@@ -197,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	for name, id := range cfg.Identities {
 		if len(only) == 0 || only[name] {
 			d.names = append(d.names, name)
-			d.pacing[name] = id.Pacing
+			d.pacing[name] = WithHeadroom(id.Pacing)
 		}
 	}
 	if len(d.names) == 0 {
@@ -254,8 +250,17 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			if ctx.Err() != nil {
 				break
 			}
-			runErr = fmt.Errorf("claim: %w", err)
-			break
+			// A claim that failed claimed nothing. In follow mode the
+			// drain outlives a store hiccup; in cron mode the next run
+			// will try again.
+			if !cfg.Follow {
+				runErr = fmt.Errorf("claim: %w", err)
+				break
+			}
+			cfg.Log.Warn("claim failed; retrying", "err", err, "in", idle)
+			sleep(ctx, idle)
+			idle = min(idle*2, cfg.IdlePoll)
+			continue
 		}
 		if len(cs) == 0 {
 			if len(sem) > 0 {
@@ -298,10 +303,45 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	return d.sum, runErr
 }
 
+// Headroom is the share of a configured limit msgq keeps unused. Calls
+// start at their slots, but the provider counts arrivals, and a call held
+// up on its way (scheduling, a GC pause, the network) arrives late while
+// the next arrives on time: spacing slots exactly at the limit would let
+// the provider see it exceeded. 10% covers a delay of a tenth of the
+// window (100 ms at a per-second rate).
+const Headroom = 0.10
+
+// WithHeadroom widens p's spacings by Headroom.
+func WithHeadroom(p store.Pacing) store.Pacing {
+	widen := func(d time.Duration) time.Duration { return d + time.Duration(float64(d)*Headroom) }
+	return store.Pacing{Spacing: widen(p.Spacing), PerRecipient: widen(p.PerRecipient)}
+}
+
 func (d *drainer) add(f func(*Summary)) {
 	d.mu.Lock()
 	f(&d.sum)
 	d.mu.Unlock()
+}
+
+// writeOutcomes writes a batch, retrying a failing database (a lock held
+// too long by another process, a restart) with backoff for as long as the
+// lease leaves time. It runs even after the drain was told to stop: an
+// outcome we know must never be lost. If it still fails, the rows stay in
+// sending under their lease, visible to msgq stuck, never resent.
+func (d *drainer) writeOutcomes(params []store.TransitionParams) ([]store.TransitionResult, error) {
+	deadline := time.Now().Add(d.cfg.Lease - d.cfg.CallTimeout)
+	wait := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		res, err := d.cfg.Store.MessageTransitionMany(ctx, params)
+		cancel()
+		if err == nil || time.Now().Add(wait).After(deadline) {
+			return res, err
+		}
+		d.cfg.Log.Warn("writing outcomes failed; retrying", "outcomes", len(params), "err", err, "in", wait)
+		time.Sleep(wait)
+		wait = min(wait*2, 5*time.Second)
+	}
 }
 
 // send makes one call for a claimed row and records its outcome.

@@ -1,0 +1,166 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestFourDrainProcessesShareOneQueue runs four `msgq drain --follow`
+// processes on one SQLite file against `msgq sim serve`, which refuses 10%
+// of calls with a retryable 5xx and drops the answer of 5% after accepting
+// them. 2,000 messages to 400 recipients. Afterwards, from the sim's own
+// timestamps: no key reached the phone twice, the identity's rate was never
+// exceeded in any one-second window, no recipient got two messages closer
+// than its interval, and every row is accounted for. SIGTERM then stops
+// every drain with exit 0.
+func TestFourDrainProcessesShareOneQueue(t *testing.T) {
+	t.Parallel()
+	const (
+		n          = 2000
+		recipients = 400
+		rate       = 250 // per second
+		interval   = time.Second
+	)
+	base := serveSim(t, "--fault-5xx", "0.1", "--fault-drop", "0.05", "--seed", "5")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "msgq.yaml")
+	writeFile(t, cfg, fmt.Sprintf(`default_identity: shop
+identities:
+  shop:
+    provider: http
+    base_url: %s
+    token_env: MSGQ_TEST_TOKEN
+    rate: %d/s
+    per_recipient_interval: %s
+    retry: {base: 50ms, cap: 400ms, max_attempts: 12}
+`, base, rate, interval))
+	e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=sqlite:" + filepath.Join(dir, "q.db"),
+		"MSGQ_TEST_TOKEN=test-token"}}
+	var lines strings.Builder
+	for i := range n {
+		fmt.Fprintf(&lines, `{"key":"conc-%04d","to":"+1555%07d","text":"hello %d"}`+"\n", i, i%recipients, i)
+	}
+	in := filepath.Join(dir, "in.jsonl")
+	writeFile(t, in, lines.String())
+	e.run("send", "--file", in)
+
+	var drains []*drainProc
+	for range 4 {
+		drains = append(drains, startDrain(t, e, "--follow", "--concurrency", "16"))
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		out := e.run("identities", "-o", "json")
+		var ids []struct {
+			Name            string
+			Queued, Sending int
+		}
+		if err := json.Unmarshal([]byte(out), &ids); err != nil {
+			t.Fatal(err)
+		}
+		left := 0
+		for _, id := range ids {
+			left += id.Queued + id.Sending
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for i, d := range drains {
+				t.Logf("drain %d stderr:\n%s", i, d.stderr.String())
+			}
+			t.Logf("queued: %s", e.run("list", "--state", "queued", "-o", "json"))
+			t.Logf("sending: %s", e.run("list", "--state", "sending", "-o", "json"))
+			t.Fatalf("%d rows still queued or sending after 3 minutes", left)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for i, d := range drains {
+		if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Wait(); err != nil {
+			t.Errorf("drain %d after SIGTERM: %v: %s", i, err, d.stderr.String())
+		}
+		if !strings.Contains(d.stderr.String(), "drain: claimed ") {
+			t.Errorf("drain %d printed no summary: %s", i, d.stderr.String())
+		}
+	}
+
+	ds := deliveries(t, base)
+	perKey := map[string]int{}
+	perRcpt := map[string][]time.Time{}
+	var all []time.Time
+	for _, d := range ds {
+		perKey[d.Key]++
+		if perKey[d.Key] == 2 {
+			t.Errorf("key %s reached the phone twice", d.Key)
+		}
+		perRcpt[d.To] = append(perRcpt[d.To], d.At)
+		all = append(all, d.At)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Before(all[j]) })
+	for i := rate; i < len(all); i++ {
+		if w := all[i].Sub(all[i-rate]); w < time.Second {
+			t.Errorf("%d calls arrived within %s (from %s): the rate %d/s was exceeded", rate+1, w, all[i-rate].Format(time.RFC3339Nano), rate)
+			break
+		}
+	}
+	for to, ts := range perRcpt {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		for i := 1; i < len(ts); i++ {
+			if gap := ts[i].Sub(ts[i-1]); gap < interval {
+				t.Errorf("%s got two messages %s apart (interval %s)", to, gap, interval)
+				break
+			}
+		}
+	}
+	counts := map[string]int{}
+	for _, r := range e.rows() {
+		counts[r.State]++
+		switch r.State {
+		case "sent":
+			if perKey[r.Key] != 1 {
+				t.Errorf("%s is sent but reached the phone %d times", r.Key, perKey[r.Key])
+			}
+		case "failed", "unknown":
+		default:
+			t.Errorf("%s left %s", r.Key, r.State)
+		}
+	}
+	if counts["sent"]+counts["failed"]+counts["unknown"] != n {
+		t.Errorf("states %v do not account for %d rows", counts, n)
+	}
+	t.Logf("states %v; %d deliveries over %s", counts, len(ds), all[len(all)-1].Sub(all[0]))
+}
+
+type drainProc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+}
+
+func startDrain(t *testing.T, e *msgqEnv, args ...string) *drainProc {
+	t.Helper()
+	d := &drainProc{cmd: e.cmd(append([]string{"drain"}, args...)...), stderr: &syncBuffer{}}
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.cmd.Process.Kill() })
+	return d
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
