@@ -62,6 +62,16 @@ type Config struct {
 	// queue is empty.
 	IdlePoll time.Duration
 
+	// WindowClosed, when set, says the customer-service window of
+	// (identity, recipient) is known to be closed: free-form text cannot
+	// be delivered (WhatsApp 131047), so such a row is switched to its
+	// fallback template or held for HoldFor instead of being sent into a
+	// certain failure. nil means no window data (every send goes out).
+	WindowClosed func(ctx context.Context, identity, recipient string) bool
+	// HoldFor is how long a held row waits before it is tried again;
+	// zero means one hour.
+	HoldFor time.Duration
+
 	Now  func() time.Time
 	Rand func() float64
 	Log  *slog.Logger
@@ -107,6 +117,9 @@ func (c *Config) defaults() error {
 	}
 	if c.IdlePoll <= 0 {
 		c.IdlePoll = 2 * time.Second
+	}
+	if c.HoldFor <= 0 {
+		c.HoldFor = time.Hour
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -359,7 +372,7 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 		case <-ctx.Done():
 			t.Stop()
 			d.record(c, log, provider.Result{Class: retry.Transient, RawError: "drain stopped before the call was made"},
-				retry.Decision{Action: retry.Requeue, At: cfg.Now()}, time.Time{}, time.Time{})
+				retry.Decision{Action: retry.Requeue, At: cfg.Now()}, time.Time{}, time.Time{}, "stopped before the call")
 			return
 		}
 	}
@@ -367,6 +380,19 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 	msg := &provider.Message{ID: c.ID, Key: providerKey(c.Tenant, c.Key), To: c.To, Channel: c.Channel}
 	if c.Payload != nil {
 		msg.Payload = *c.Payload
+	}
+	note := ""
+	if msg.Payload.Text != "" && cfg.WindowClosed != nil && cfg.WindowClosed(ctx, c.Identity, c.To) {
+		if fb := msg.Payload.FallbackTemplate; fb != "" {
+			msg.Payload = store.Payload{Template: fb, Lang: fallbackLang(msg.Payload)}
+			note = "window closed: sent fallback template " + fb
+		} else {
+			// No call is made, so putting the row back is a definite retry.
+			d.record(c, log, provider.Result{Class: retry.Transient, RawError: "customer-service window closed: free-form text held"},
+				retry.Decision{Action: retry.Requeue, At: cfg.Now().Add(cfg.HoldFor)}, time.Time{}, time.Time{},
+				"held: customer-service window closed and no fallback template")
+			return
+		}
 	}
 	callCtx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
 	started := cfg.Now()
@@ -385,13 +411,22 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 	table := retry.Table{Policy: id.Policy, Now: cfg.Now, Rand: rnd}
 	dec := table.Decide(retry.Outcome{Class: res.Class, RetryAfter: res.RetryAfter, Idempotent: id.Provider.Idempotent()},
 		c.Attempts, expires)
-	d.record(c, log, res, dec, started, finished)
+	d.record(c, log, res, dec, started, finished, note)
+}
+
+// fallbackLang is the language for a fallback template: the row's own if it
+// named one, else the default.
+func fallbackLang(p store.Payload) string {
+	if p.Lang != "" {
+		return p.Lang
+	}
+	return "en"
 }
 
 // record writes one outcome through the state machine, conditionally on
 // still holding the lease. It runs even after the drain was told to stop:
 // an outcome we know must never be lost.
-func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result, dec retry.Decision, started, finished time.Time) {
+func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result, dec retry.Decision, started, finished time.Time, note string) {
 	cfg := d.cfg
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -412,8 +447,12 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 	if dec.Action == retry.MarkFailed && (dec.Reason == state.Exhausted || dec.Reason == state.Expired) && (maybeSent || c.MaybeSent) {
 		ev = state.Event{Kind: state.Abandon}
 	}
+	det := detail(res, dec)
+	if note != "" {
+		det = note + "; " + det
+	}
 	p := &store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: cfg.Owner, Event: ev, MaybeSent: maybeSent,
-		Source: store.SourceDrain, Detail: detail(res, dec), NextAttemptAt: dec.At, ProviderID: res.ProviderID}
+		Source: store.SourceDrain, Detail: det, NextAttemptAt: dec.At, ProviderID: res.ProviderID}
 	if res.Class != retry.Accepted {
 		p.LastError = lastError(res)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -255,5 +257,138 @@ func TestStoppingFinishesInFlightCallsAndClaimsNoMore(t *testing.T) {
 	got := countStates(t, s)
 	if got[state.Sending] != 0 || sum.Claimed != sum.Sent || sum.Sent != got[state.Sent] || sum.Sent == 0 || got[state.Queued] == 0 {
 		t.Errorf("after stop: summary %+v, states %v: want every claimed row sent, none left sending, the rest queued", sum, got)
+	}
+}
+
+// scripted answers each call with the next result of its script.
+type scripted struct {
+	mu      sync.Mutex
+	results []provider.Result
+	calls   int
+}
+
+func (p *scripted) Send(context.Context, *provider.Message) provider.Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.results[min(p.calls, len(p.results)-1)]
+	p.calls++
+	return r
+}
+func (p *scripted) Idempotent() bool { return true }
+
+// TestRetryScheduleFollowsTheTable walks one row through a 429 with
+// Retry-After and then 5xx answers until its attempts run out, checking
+// each scheduled retry against the table's bounds: at least the stated
+// delay for the 429, full jitter within [0, ceiling] for the 5xx, and
+// failed(exhausted) at the last attempt.
+func TestRetryScheduleFollowsTheTable(t *testing.T) {
+	t.Parallel()
+	s := setup(t, 1, nil)
+	policy := retry.Policy{Base: 20 * time.Millisecond, Factor: 2, Cap: 50 * time.Millisecond, MaxAttempts: 4}
+	p := &scripted{results: []provider.Result{
+		{Class: retry.RateLimited, HTTPStatus: 429, RetryAfter: 300 * time.Millisecond, RawError: `{"error":{"code":"rate_limited"}}`},
+		{Class: retry.Transient, HTTPStatus: 503, RawError: `{"error":{"code":"internal","retryable":true}}`},
+	}}
+	cfg := config(s, p)
+	cfg.Identities["sim"].Policy = policy
+	cfg.MaxMessages = 1 // one attempt per run, so each schedule can be read
+	ctx := context.Background()
+	for attempt := 1; attempt <= policy.MaxAttempts; attempt++ {
+		before := time.Now()
+		if _, err := drain.Run(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		after := time.Now()
+		m, err := s.MessageGet(ctx, "", "k-0000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Attempts != attempt {
+			t.Fatalf("after run %d the row has %d attempts", attempt, m.Attempts)
+		}
+		if attempt == policy.MaxAttempts {
+			if m.State != state.Failed || m.Reason != state.Exhausted || !strings.Contains(m.LastError, "retryable") {
+				t.Errorf("after the last attempt: %s(%s), last error %q; want failed(exhausted) with the provider's error", m.State, m.Reason, m.LastError)
+			}
+			break
+		}
+		if m.State != state.Queued {
+			t.Fatalf("after attempt %d the row is %s, want queued for a retry", attempt, m.State)
+		}
+		lo, hi := before, after.Add(policy.Ceiling(attempt))
+		if attempt == 1 {
+			lo, hi = before.Add(300*time.Millisecond), after.Add(300*time.Millisecond) // Retry-After beats the backoff
+		}
+		if m.NextAttemptAt.Before(lo.Truncate(time.Microsecond)) || m.NextAttemptAt.After(hi) {
+			t.Errorf("attempt %d scheduled the next at +%s, want within [+%s, +%s]", attempt,
+				m.NextAttemptAt.Sub(before), lo.Sub(before), hi.Sub(before))
+		}
+		time.Sleep(time.Until(m.NextAttemptAt) + time.Millisecond)
+	}
+	atts, err := s.MessageAttempts(ctx, mustID(t, s))
+	if err != nil || len(atts) != policy.MaxAttempts || atts[0].HTTPStatus != 429 || atts[1].Class != string(retry.Transient) {
+		t.Errorf("attempts %+v (%v)", atts, err)
+	}
+}
+
+func mustID(t *testing.T, s store.Store) string {
+	t.Helper()
+	m, err := s.MessageGet(context.Background(), "", "k-0000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.ID
+}
+
+// TestAClosedWindowSwitchesTextToItsFallbackOrHoldsIt checks the hook for
+// the customer-service window: free-form text to a recipient whose window
+// is known to be closed is sent as the row's fallback template, or held
+// (no call made) when it has none; templates go out as usual.
+func TestAClosedWindowSwitchesTextToItsFallbackOrHoldsIt(t *testing.T) {
+	t.Parallel()
+	s := setup(t, 3, func(i int, p *store.EnqueueParams) {
+		switch i {
+		case 0:
+			p.Payload = store.Payload{Text: "your order shipped", FallbackTemplate: "order_update_tpl"}
+		case 1:
+			p.Payload = store.Payload{Text: "are you there?"}
+		}
+	})
+	sm := sim.New(sim.DefaultConfig())
+	cfg := config(s, sm.Provider())
+	cfg.WindowClosed = func(context.Context, string, string) bool { return true }
+	sum, err := drain.Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Sent != 2 || sum.Retried != 1 {
+		t.Errorf("summary %+v, want 2 sent (fallback and template) and 1 held", sum)
+	}
+	ctx := context.Background()
+	get := func(key string) (*store.Message, []store.HistoryEntry) {
+		m, err := s.MessageGet(ctx, "", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := s.MessageHistory(ctx, m.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, h
+	}
+	m, h := get("k-0000")
+	if m.State != state.Sent || !strings.Contains(h[len(h)-1].Detail, "fallback template order_update_tpl") {
+		t.Errorf("text with a fallback: %s, last history %+v", m.State, h[len(h)-1])
+	}
+	m, h = get("k-0001")
+	if m.State != state.Queued || m.NextAttemptAt.Before(time.Now().Add(50*time.Minute)) ||
+		!strings.Contains(h[len(h)-1].Detail, "held: customer-service window closed") {
+		t.Errorf("text without a fallback: %s next %v, last history %+v", m.State, m.NextAttemptAt, h[len(h)-1])
+	}
+	if atts, _ := s.MessageAttempts(ctx, m.ID); len(atts) != 0 {
+		t.Errorf("a held row recorded %d provider calls", len(atts))
+	}
+	if n := len(sm.Deliveries()); n != 2 {
+		t.Errorf("%d deliveries, want 2", n)
 	}
 }

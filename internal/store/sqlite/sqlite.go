@@ -82,7 +82,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	q.Add("_pragma", "page_size(8192)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
-	q.Add("_pragma", "cache_size(-65536)")
+	// A bounded page cache: a drain over a big queue must not grow with it.
+	q.Add("_pragma", "cache_size(-16384)")
 	// With the WAL kept between processes (persistWAL), bound what a big
 	// bulk enqueue leaves behind.
 	q.Add("_pragma", "journal_size_limit(67108864)")
