@@ -30,13 +30,14 @@ const builtinSim = "sim"
 
 // identityConfig is one entry under `identities:` in the config file.
 type identityConfig struct {
-	Provider             string `mapstructure:"provider"`
-	Channel              string `mapstructure:"channel"`
-	BaseURL              string `mapstructure:"base_url"`
-	PhoneNumberID        string `mapstructure:"phone_number_id"`
-	TokenEnv             string `mapstructure:"token_env"`
-	Rate                 string `mapstructure:"rate"`
-	PerRecipientInterval string `mapstructure:"per_recipient_interval"`
+	Provider             string  `mapstructure:"provider"`
+	Channel              string  `mapstructure:"channel"`
+	BaseURL              string  `mapstructure:"base_url"`
+	PhoneNumberID        string  `mapstructure:"phone_number_id"`
+	TokenEnv             string  `mapstructure:"token_env"`
+	Rate                 string  `mapstructure:"rate"`
+	PerRecipientInterval string  `mapstructure:"per_recipient_interval"`
+	PacingHeadroom       float64 `mapstructure:"pacing_headroom"`
 	Retry                struct {
 		Base        string  `mapstructure:"base"`
 		Cap         string  `mapstructure:"cap"`
@@ -104,6 +105,9 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 			return nil, err
 		}
 		id.Pacing.Spacing = spacing
+	}
+	if h := ic.PacingHeadroom; h < 0 || h >= 1 {
+		return nil, fmt.Errorf("pacing_headroom %v must be a share in [0, 1), e.g. 0.1", h)
 	}
 	if ic.PerRecipientInterval != "" {
 		d, err := time.ParseDuration(ic.PerRecipientInterval)
@@ -192,7 +196,7 @@ func drainIdentities(ids map[string]*identity) (map[string]*drain.Identity, erro
 		if err != nil {
 			return nil, err
 		}
-		out[n] = &drain.Identity{Name: n, Provider: p, Policy: id.Policy, Pacing: id.Pacing}
+		out[n] = &drain.Identity{Name: n, Provider: p, Policy: id.Policy, Pacing: id.Pacing, Headroom: id.Config.PacingHeadroom}
 	}
 	return out, nil
 }

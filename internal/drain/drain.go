@@ -29,6 +29,9 @@ type Identity struct {
 	Provider provider.Provider
 	Policy   retry.Policy
 	Pacing   store.Pacing
+	// Headroom is the share of the pacing limits kept unused (see
+	// DefaultHeadroom); zero means DefaultHeadroom.
+	Headroom float64
 }
 
 // Config is one drain run.
@@ -206,7 +209,11 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	for name, id := range cfg.Identities {
 		if len(only) == 0 || only[name] {
 			d.names = append(d.names, name)
-			d.pacing[name] = WithHeadroom(id.Pacing)
+			h := id.Headroom
+			if h <= 0 {
+				h = DefaultHeadroom
+			}
+			d.pacing[name] = WithHeadroom(id.Pacing, h)
 		}
 	}
 	if len(d.names) == 0 {
@@ -316,17 +323,17 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	return d.sum, runErr
 }
 
-// Headroom is the share of a configured limit msgq keeps unused. Calls
-// start at their slots, but the provider counts arrivals, and a call held
-// up on its way (scheduling, a GC pause, the network) arrives late while
-// the next arrives on time: spacing slots exactly at the limit would let
-// the provider see it exceeded. 10% covers a delay of a tenth of the
-// window (100 ms at a per-second rate).
-const Headroom = 0.10
+// DefaultHeadroom is the share of a configured limit msgq keeps unused.
+// Calls start at their slots, but the provider counts arrivals, and a call
+// held up on its way (scheduling, a GC pause, the network) arrives late
+// while the next arrives on time: spacing slots exactly at the limit would
+// let the provider see it exceeded. 10% covers a delay of a tenth of the
+// window (100 ms at a per-second rate, 600 ms for a 6 s interval).
+const DefaultHeadroom = 0.10
 
-// WithHeadroom widens p's spacings by Headroom.
-func WithHeadroom(p store.Pacing) store.Pacing {
-	widen := func(d time.Duration) time.Duration { return d + time.Duration(float64(d)*Headroom) }
+// WithHeadroom widens p's spacings by the share h.
+func WithHeadroom(p store.Pacing, h float64) store.Pacing {
+	widen := func(d time.Duration) time.Duration { return d + time.Duration(float64(d)*h) }
 	return store.Pacing{Spacing: widen(p.Spacing), PerRecipient: widen(p.PerRecipient)}
 }
 
