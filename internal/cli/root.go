@@ -24,6 +24,9 @@ import (
 func Main() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal asks for a clean stop; a second one kills, as
+	// people expect of a second Ctrl-C.
+	context.AfterFunc(ctx, stop)
 	return Run(ctx, os.Args[1:], System())
 }
 

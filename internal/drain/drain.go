@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,14 +83,17 @@ type Config struct {
 
 // Summary counts what a run did. Field names are a JSON contract.
 type Summary struct {
-	Claimed   int     `json:"claimed"`
-	Sent      int     `json:"sent"`
-	Retried   int     `json:"retried"`
-	Failed    int     `json:"failed"`
-	Unknown   int     `json:"unknown"`
-	Paused    int     `json:"paused"`
-	LeaseLost int     `json:"lease_lost"`
-	Seconds   float64 `json:"seconds"`
+	Claimed int `json:"claimed"`
+	Sent    int `json:"sent"`
+	Retried int `json:"retried"`
+	Failed  int `json:"failed"`
+	Unknown int `json:"unknown"`
+	Paused  int `json:"paused"`
+	// Unrecorded counts outcomes the store would not take before the run
+	// had to end: those rows stay in sending, visible, never resent.
+	Unrecorded int     `json:"unrecorded"`
+	LeaseLost  int     `json:"lease_lost"`
+	Seconds    float64 `json:"seconds"`
 }
 
 func (c *Config) defaults() error {
@@ -148,6 +152,9 @@ type drainer struct {
 	// outcomes feeds the recorder, which writes them in batches: one
 	// durable commit for many calls.
 	outcomes chan *outcome
+	// hard ends when the run must end (grace over): outcome writes stop
+	// retrying then.
+	hard context.Context
 
 	mu  sync.Mutex
 	sum Summary
@@ -225,6 +232,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	// claiming at once, but lets in-flight calls finish for Grace.
 	callCtx, cutOff := context.WithCancel(context.WithoutCancel(ctx))
 	defer cutOff()
+	d.hard = callCtx
 	stopGrace := context.AfterFunc(ctx, func() {
 		t := time.NewTimer(cfg.Grace)
 		defer t.Stop()
@@ -320,6 +328,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.sum.Seconds = cfg.Now().Sub(start).Seconds()
+	if runErr == nil && d.sum.Unrecorded > 0 {
+		runErr = fmt.Errorf("%d outcomes could not be recorded: those rows stay in sending under their lease", d.sum.Unrecorded)
+	}
 	return d.sum, runErr
 }
 
@@ -355,11 +366,11 @@ func (d *drainer) writeOutcomes(params []store.TransitionParams) ([]store.Transi
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		res, err := d.cfg.Store.MessageTransitionMany(ctx, params)
 		cancel()
-		if err == nil || time.Now().Add(wait).After(deadline) {
+		if err == nil || time.Now().Add(wait).After(deadline) || d.hard.Err() != nil {
 			return res, err
 		}
 		d.cfg.Log.Warn("writing outcomes failed; retrying", "outcomes", len(params), "err", err, "in", wait)
-		time.Sleep(wait)
+		sleep(d.hard, wait)
 		wait = min(wait*2, 5*time.Second)
 	}
 }
@@ -390,6 +401,13 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 	}
 	note := ""
 	if msg.Payload.Text != "" && cfg.WindowClosed != nil && cfg.WindowClosed(ctx, c.Identity, c.To) {
+		if c.MaybeSent {
+			// The text may already be on the phone: sending the fallback
+			// as well could deliver both. A person decides.
+			d.record(c, log, provider.Result{Class: retry.Permanent, RawError: "customer-service window closed after a call whose answer was lost"},
+				retry.Decision{Action: retry.MarkFailed, Reason: state.Permanent}, time.Time{}, time.Time{}, "window closed")
+			return
+		}
 		if fb := msg.Payload.FallbackTemplate; fb != "" {
 			msg.Payload = store.Payload{Template: fb, Lang: fallbackLang(msg.Payload)}
 			note = "window closed: sent fallback template " + fb
@@ -450,16 +468,20 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 	ev := dec.Event()
 	// This call, or an earlier one, may have reached the phone: a row that
 	// then runs out of attempts or time is unknown, not failed.
+	// A provider refusing a retry of such a row is no proof either: the
+	// retry may differ from the first call (a provider that compares
+	// bodies, or keys that are not honoured after all).
 	maybeSent := res.Class == retry.Ambiguous
-	if dec.Action == retry.MarkFailed && (dec.Reason == state.Exhausted || dec.Reason == state.Expired) && (maybeSent || c.MaybeSent) {
+	if dec.Action == retry.MarkFailed && (maybeSent || c.MaybeSent) {
 		ev = state.Event{Kind: state.Abandon}
+		note = strings.TrimPrefix(note+"; an earlier call's answer was lost and it may have reached the phone", "; ")
 	}
 	det := detail(res, dec)
 	if note != "" {
 		det = note + "; " + det
 	}
 	p := &store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: cfg.Owner, Event: ev, MaybeSent: maybeSent,
-		Source: store.SourceDrain, Detail: det, NextAttemptAt: dec.At, ProviderID: res.ProviderID}
+		NoCall: started.IsZero(), Source: store.SourceDrain, Detail: det, NextAttemptAt: dec.At, ProviderID: res.ProviderID}
 	if res.Class != retry.Accepted {
 		p.LastError = lastError(res)
 	}
@@ -483,6 +505,7 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 		// The row stays in sending with its lease: reconcile makes it
 		// unknown, never a silent resend.
 		log.Error("record outcome", "outcome", dec.Action, "err", err)
+		d.add(func(s *Summary) { s.Unrecorded++ })
 		return
 	}
 	log.Debug("outcome", "state", r.State, "class", res.Class, "http", res.HTTPStatus, "code", res.Code)
@@ -534,15 +557,15 @@ func orNone(s string) string {
 
 // providerKey is the idempotency key sent to the provider. Keys are unique
 // per tenant, but a provider account may serve several tenants, so other
-// tenants' keys are qualified, and hashed when that would not fit the 64
-// characters idempotent APIs accept.
+// tenants' keys are hashed with their tenant into the 64 characters
+// idempotent APIs accept.
 func providerKey(tenant, key string) string {
 	if tenant == store.DefaultTenant {
 		return key
 	}
-	if k := tenant + ":" + key; len(k) <= 64 {
-		return k
-	}
+	// Hashed, never joined: tenants and keys may both contain ":", so
+	// "a" + "b:c" and "a:b" + "c" must not meet. Keys of the default
+	// tenant are users' own and never 64 characters of "t:" and hex.
 	sum := sha256.Sum256([]byte(tenant + "\x00" + key))
 	return "t:" + hex.EncodeToString(sum[:])[:62]
 }

@@ -2,6 +2,7 @@ package drain_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -385,10 +386,61 @@ func TestAClosedWindowSwitchesTextToItsFallbackOrHoldsIt(t *testing.T) {
 		!strings.Contains(h[len(h)-1].Detail, "held: customer-service window closed") {
 		t.Errorf("text without a fallback: %s next %v, last history %+v", m.State, m.NextAttemptAt, h[len(h)-1])
 	}
-	if atts, _ := s.MessageAttempts(ctx, m.ID); len(atts) != 0 {
-		t.Errorf("a held row recorded %d provider calls", len(atts))
+	if atts, _ := s.MessageAttempts(ctx, m.ID); len(atts) != 0 || m.Attempts != 0 {
+		t.Errorf("a held row recorded %d provider calls and counts %d attempts; want none", len(atts), m.Attempts)
 	}
 	if n := len(sm.Deliveries()); n != 2 {
 		t.Errorf("%d deliveries, want 2", n)
+	}
+}
+
+// TestARefusalAfterALostAnswerLeavesTheRowUnknown: the first call's answer
+// is lost, the row is retried with the same key, and the retry is refused
+// for good. The refusal proves nothing about the first call, so the row is
+// unknown (for a person), never failed (an invitation to resend).
+func TestARefusalAfterALostAnswerLeavesTheRowUnknown(t *testing.T) {
+	t.Parallel()
+	s := setup(t, 1, nil)
+	p := &scripted{results: []provider.Result{
+		{Class: retry.Ambiguous, RawError: "read tcp: connection reset by peer"},
+		{Class: retry.Permanent, HTTPStatus: 409, Code: "idempotency_key_reused", RawError: `{"error":{"code":"idempotency_key_reused"}}`},
+	}}
+	cfg := config(s, p)
+	drainAll(t, s, cfg)
+	m, err := s.MessageGet(context.Background(), "", "k-0000")
+	if err != nil || m.State != state.Unknown || !m.MaybeSent {
+		t.Errorf("row %+v (%v): want unknown and maybe_sent", m, err)
+	}
+}
+
+// failingStore refuses every outcome write: a database that went away
+// after the claims.
+type failingStore struct{ store.Store }
+
+func (failingStore) MessageTransitionMany(context.Context, []store.TransitionParams) ([]store.TransitionResult, error) {
+	return nil, errors.New("disk I/O error")
+}
+
+// TestStoppingIsBoundedByGraceEvenWhenOutcomesCannotBeWritten: the drain
+// retries outcome writes, but not past its grace period after a stop; it
+// then reports the unrecorded outcomes and fails, and the rows stay in
+// sending (visible), never back in queued.
+func TestStoppingIsBoundedByGraceEvenWhenOutcomesCannotBeWritten(t *testing.T) {
+	t.Parallel()
+	s := setup(t, 8, nil)
+	cfg := config(failingStore{s}, sim.New(sim.DefaultConfig()).Provider())
+	cfg.Follow, cfg.Grace = true, 300*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	sum, err := drain.Run(ctx, cfg)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Run took %s after a stop with a 300ms grace", took)
+	}
+	if err == nil || sum.Unrecorded != 8 {
+		t.Errorf("summary %+v, err %v: want 8 unrecorded outcomes and an error", sum, err)
+	}
+	if got := countStates(t, s); got[state.Sending] != 8 {
+		t.Errorf("states %v, want all 8 still sending under their lease", got)
 	}
 }

@@ -322,6 +322,9 @@ type TransitionParams struct {
 	// MaybeSent, when true, marks the row as possibly delivered (see
 	// Message.MaybeSent); it is never cleared.
 	MaybeSent bool
+	// NoCall gives back the attempt the claim counted: the row leaves
+	// sending without a provider call (held, or the drain stopped first).
+	NoCall bool
 	// ProviderID and LastError, when set, are recorded on the row.
 	ProviderID string
 	LastError  string

@@ -47,9 +47,13 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		return nil, err
 	}
 
+	// Rows whose recipient has no slot within the horizon are left out
+	// here, not after the LIMIT: a recipient with a long queue must not
+	// starve everyone behind it.
 	where := []string{"state = 'queued'", "next_attempt_at <= ?", "(expires_at IS NULL OR expires_at > ?)",
-		"identity NOT IN (SELECT name FROM identities WHERE paused = 1)"}
-	args := []any{micros(now), micros(now)}
+		"identity NOT IN (SELECT name FROM identities WHERE paused = 1)",
+		"NOT EXISTS (SELECT 1 FROM recipient_pace rp WHERE rp.identity = messages.identity AND rp.recipient = messages.recipient AND rp.next_at >= ?)"}
+	args := []any{micros(now), micros(now), micros(now.Add(horizon))}
 	if p.Lane != "" {
 		where, args = append(where, "lane = ?"), append(args, p.Lane)
 	}

@@ -528,6 +528,9 @@ func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.Trans
 	if p.MaybeSent {
 		set = append(set, "maybe_sent = 1")
 	}
+	if p.NoCall {
+		set = append(set, "attempts = max(attempts - 1, 0)")
+	}
 	if p.LastError != "" {
 		set, args = append(set, "last_error = ?"), append(args, p.LastError)
 	}

@@ -206,6 +206,35 @@ func testClaim(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("a recipient with a long queue does not starve the rows behind it", func(t *testing.T) {
+		t.Parallel()
+		clk := NewClock(t0)
+		s := h.New(t, clk.Now)
+		batch := make([]store.EnqueueParams, 0, 130)
+		for i := range 100 {
+			p := Params(fmt.Sprintf("busy-%03d", i))
+			p.To = "+15550000001"
+			batch = append(batch, p)
+		}
+		for i := range 30 {
+			p := Params(fmt.Sprintf("other-%02d", i))
+			p.To = fmt.Sprintf("+155500002%02d", i)
+			batch = append(batch, p)
+		}
+		must[[]store.EnqueueResult](t)(s.MessageEnqueueMany(ctx, batch))
+		pacing := map[string]store.Pacing{"sim": {PerRecipient: time.Minute}}
+		first := claim(t, s, store.ClaimParams{Limit: 10, Pacing: pacing})
+		second := claim(t, s, store.ClaimParams{Limit: 10, Pacing: pacing})
+		if len(second) != 10 {
+			t.Errorf("after the busy recipient's one slot, a claim of 10 got %d (first claim %s)", len(second), keys(first))
+		}
+		for _, c := range second {
+			if c.To == "+15550000001" {
+				t.Errorf("the busy recipient got %s within its interval", c.Key)
+			}
+		}
+	})
+
 	t.Run("concurrent drains never claim one row twice", func(t *testing.T) {
 		t.Parallel()
 		first := h.New(t, nil)
