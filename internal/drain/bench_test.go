@@ -2,7 +2,6 @@ package drain_test
 
 import (
 	"context"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -55,8 +54,8 @@ func BenchmarkDrainHTTPSim100ms(b *testing.B) {
 		cfg := sim.DefaultConfig()
 		cfg.Latency = 100 * time.Millisecond
 		srv := httptest.NewServer(sim.New(cfg).Handler())
-		p := httpapi.New(httpapi.Config{BaseURL: srv.URL, Token: "bench",
-			HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}})
+		// The default client: what msgq drain itself uses.
+		p := httpapi.New(httpapi.Config{BaseURL: srv.URL, Token: "bench"})
 		dc := config(s, p)
 		dc.Concurrency = 64
 		b.StartTimer()

@@ -456,6 +456,18 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
+	if res.Class == retry.RateLimited && dec.Action == retry.Requeue {
+		// The limit is the identity's (or, for a pair limit, that
+		// recipient's), not this row's: every drain holds off until the
+		// row's own retry time (the stated delay or longer).
+		rcpt := ""
+		if res.RecipientOnly {
+			rcpt = c.To
+		}
+		if err := cfg.Store.PaceDefer(ctx, c.Identity, rcpt, dec.At); err != nil {
+			log.Error("slow down after a rate limit", "err", err)
+		}
+	}
 	if dec.Action == retry.PauseIdentity {
 		reason := fmt.Sprintf("%s (HTTP %d, code %s)", res.Class, res.HTTPStatus, orNone(res.Code))
 		if err := cfg.Store.IdentityPause(ctx, c.Identity, reason); err != nil {

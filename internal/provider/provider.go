@@ -38,6 +38,10 @@ type Result struct {
 	// Replayed says the provider recognised our key from an earlier call
 	// that got through.
 	Replayed bool
+	// RecipientOnly says a rate limit is for this recipient alone (a pair
+	// limit such as WhatsApp's 131056): the drain slows that recipient,
+	// not the whole identity.
+	RecipientOnly bool
 }
 
 // Provider sends messages for one sending identity.

@@ -139,8 +139,20 @@ func RetryAfter(h http.Header, now time.Time) time.Duration {
 	return d
 }
 
-// NoRedirects returns a copy of c (nil: a client with DefaultTimeout over
-// http.DefaultTransport) that never follows redirects: a 3xx comes back as
+// sharedTransport is the default clients' connection pool. A drain keeps
+// dozens of calls in flight to one host; http.DefaultTransport keeps only two
+// idle connections per host, so every other call would open (and leave in
+// TIME_WAIT) a new connection, running out of local ports at a few hundred
+// calls a second.
+var sharedTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 256
+	return t
+}()
+
+// NoRedirects returns a copy of c (nil: a client with DefaultTimeout over a
+// pool sized for many calls in flight) that never follows redirects: a 3xx comes back as
 // the response. Following one would re-send a POST (307/308) or turn it into
 // a GET whose answer we would misread as the send's (301/302/303).
 func NoRedirects(c *http.Client) *http.Client {
@@ -149,6 +161,7 @@ func NoRedirects(c *http.Client) *http.Client {
 		cp = *c
 	} else {
 		cp.Timeout = DefaultTimeout
+		cp.Transport = sharedTransport
 	}
 	cp.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &cp

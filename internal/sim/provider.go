@@ -63,6 +63,7 @@ func (p inProcess) Send(ctx context.Context, m *provider.Message) provider.Resul
 	case fault429, faultPair:
 		r := errorResult(retry.RateLimited, &resp)
 		r.RetryAfter = RetryAfter
+		r.RecipientOnly = d.fault == faultPair
 		return r
 	case fault5xx:
 		return errorResult(retry.Transient, &resp)

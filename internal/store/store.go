@@ -90,6 +90,12 @@ type Store interface {
 	// *InvalidError for bad parameters.
 	MessageClaim(ctx context.Context, p *ClaimParams) ([]Claimed, error)
 
+	// PaceDefer pushes back the next slot of an identity (recipient "")
+	// or of one of its recipients to at least until: a provider's rate
+	// limit slows every drain, not just the row that met it. An earlier
+	// until than the current slot changes nothing.
+	PaceDefer(ctx context.Context, identity, recipient string, until time.Time) error
+
 	// IdentityPause stops claims for an identity (its rows stay queued)
 	// and records why. Pausing a paused identity updates the reason.
 	IdentityPause(ctx context.Context, name, reason string) error

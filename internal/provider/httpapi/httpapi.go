@@ -80,6 +80,9 @@ import (
 )
 
 // Error codes with a fixed meaning.
+// CodePairRateLimited is the error code of a rate limit for one recipient.
+const CodePairRateLimited = "pair_rate_limited"
+
 const (
 	CodeKeyReused       = "idempotency_key_reused"
 	CodeWindowClosed    = "window_closed"
@@ -295,6 +298,7 @@ func (c *Client) classify(resp *http.Response, body []byte) provider.Result {
 		retryable = eb.Error.Retryable
 	}
 	res.Class = classifyError(status, res.Code, retryable)
+	res.RecipientOnly = res.Class == retry.RateLimited && res.Code == CodePairRateLimited
 	return res
 }
 

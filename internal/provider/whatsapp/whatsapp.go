@@ -301,6 +301,7 @@ func classify(status int, retryAfter time.Duration, body []byte) provider.Result
 		class, delay := classifyError(res.Code, status)
 		res.Class = class
 		res.RetryAfter = max(retryAfter, delay)
+		res.RecipientOnly = res.Code == "131056"
 		return res
 	}
 

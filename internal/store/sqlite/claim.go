@@ -210,16 +210,15 @@ func loadPace(ctx context.Context, tx *sql.Tx, cands []*store.Message, limits ma
 	ids := map[string]bool{}
 	var pairs [][2]string
 	seen := map[[2]string]bool{}
+	// Slots are read for every paced identity, limits or not: a rate
+	// limit's deferral (PaceDefer) applies to identities without one.
 	for _, m := range cands {
-		l, ok := limits[m.Identity]
-		if !ok {
+		if _, ok := limits[m.Identity]; !ok {
 			continue
 		}
-		if l.Spacing > 0 {
-			ids[m.Identity] = true
-		}
+		ids[m.Identity] = true
 		k := [2]string{m.Identity, m.To}
-		if l.PerRecipient > 0 && !seen[k] {
+		if !seen[k] {
 			seen[k] = true
 			pairs = append(pairs, k)
 		}
@@ -272,10 +271,10 @@ func (pc *pacer) take(m *store.Message, now time.Time, horizon time.Duration) (t
 	}
 	slot := now
 	k := [2]string{m.Identity, m.To}
-	if l.Spacing > 0 && pc.identity[m.Identity].After(slot) {
+	if pc.identity[m.Identity].After(slot) {
 		slot = pc.identity[m.Identity]
 	}
-	if l.PerRecipient > 0 && pc.recipient[k].After(slot) {
+	if pc.recipient[k].After(slot) {
 		slot = pc.recipient[k]
 	}
 	if slot.Sub(now) >= horizon {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/msgq/msgq/internal/store"
 )
@@ -94,4 +95,23 @@ func (s *Store) IdentityStates(ctx context.Context) ([]store.IdentityState, erro
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// PaceDefer moves a pacing slot later, never earlier.
+func (s *Store) PaceDefer(ctx context.Context, identity, recipient string, until time.Time) error {
+	if identity == "" {
+		return &store.InvalidError{Field: "identity", Msg: "is required"}
+	}
+	var err error
+	if recipient == "" {
+		_, err = s.w.ExecContext(ctx, "INSERT INTO identity_pace (identity, next_at) VALUES (?, ?) "+
+			"ON CONFLICT (identity) DO UPDATE SET next_at = max(next_at, excluded.next_at)", identity, micros(until))
+	} else {
+		_, err = s.w.ExecContext(ctx, "INSERT INTO recipient_pace (identity, recipient, next_at) VALUES (?, ?, ?) "+
+			"ON CONFLICT (identity, recipient) DO UPDATE SET next_at = max(next_at, excluded.next_at)", identity, recipient, micros(until))
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: defer pacing of %s: %w", identity, err)
+	}
+	return nil
 }

@@ -206,6 +206,35 @@ func testClaim(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("a deferred slot holds back the identity or one recipient for every drain", func(t *testing.T) {
+		t.Parallel()
+		clk := NewClock(t0)
+		s := h.New(t, clk.Now)
+		enqueue(t, s, "a", func(p *store.EnqueueParams) { p.To = "+15550000001" })
+		enqueue(t, s, "b", func(p *store.EnqueueParams) { p.To = "+15550000002" })
+		if err := s.PaceDefer(ctx, "sim", "+15550000001", t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		pacing := map[string]store.Pacing{"sim": {}}
+		if got := claim(t, s, store.ClaimParams{Pacing: pacing, Limit: 1}); keys(got) != "[b]" {
+			t.Errorf("with recipient a deferred, claimed %s, want b", keys(got))
+		}
+		enqueue(t, s, "c", func(p *store.EnqueueParams) { p.To = "+15550000003" })
+		if err := s.PaceDefer(ctx, "sim", "", t0.Add(30*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PaceDefer(ctx, "sim", "", t0.Add(10*time.Second)); err != nil { // earlier: no change
+			t.Fatal(err)
+		}
+		if got := claim(t, s, store.ClaimParams{Pacing: map[string]store.Pacing{"sim": {Spacing: time.Millisecond}}}); len(got) != 0 {
+			t.Errorf("with the identity deferred, claimed %s", keys(got))
+		}
+		clk.Advance(30 * time.Second)
+		if got := claim(t, s, store.ClaimParams{Pacing: map[string]store.Pacing{"sim": {Spacing: time.Millisecond}}}); keys(got) != "[c]" {
+			t.Errorf("after the identity's deferral claimed %s, want c (a is still deferred)", keys(got))
+		}
+	})
+
 	t.Run("a recipient with a long queue does not starve the rows behind it", func(t *testing.T) {
 		t.Parallel()
 		clk := NewClock(t0)
