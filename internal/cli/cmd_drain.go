@@ -33,8 +33,8 @@ func (o *drainOptions) Validate(cfg *config) error {
 		return usagef("--max-duration and --max-messages cannot be negative")
 	case o.lane != "" && o.lane != store.LaneReply && o.lane != store.LaneBulk:
 		return usagef("--lane must be reply or bulk (got %q)", o.lane)
-	case o.callTimeout <= 0 || o.grace < 0:
-		return usagef("--call-timeout must be positive and --grace not negative")
+	case o.callTimeout <= 0 || o.grace <= 0:
+		return usagef("--call-timeout and --grace must be positive")
 	case o.lease < o.callTimeout+10*time.Second:
 		return usagef("--lease %s must exceed --call-timeout %s by at least 10s: a lease that ends mid-call makes the row stuck", o.lease, o.callTimeout)
 	}
@@ -71,7 +71,15 @@ an object on stdout.
 			if err := o.Validate(a.cfg); err != nil {
 				return err
 			}
-			ids, err := drainIdentities(a.cfg.Identities)
+			// Only the identities this drain serves need their secrets.
+			chosen := a.cfg.Identities
+			if len(o.identities) > 0 {
+				chosen = map[string]*identity{}
+				for _, n := range o.identities {
+					chosen[n] = a.cfg.Identities[n]
+				}
+			}
+			ids, err := drainIdentities(chosen)
 			if err != nil {
 				return err
 			}

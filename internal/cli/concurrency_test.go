@@ -14,9 +14,10 @@ import (
 )
 
 // TestFourDrainProcessesShareOneQueue runs four `msgq drain --follow`
-// processes on one SQLite file against `msgq sim serve`, which refuses 10%
-// of calls with a retryable 5xx and drops the answer of 5% after accepting
-// them. 2,000 messages to 400 recipients. Afterwards, from the sim's own
+// processes on one SQLite file against `msgq sim serve` over the WhatsApp
+// API (no idempotency key, so a row claimed twice would be delivered
+// twice), which refuses 10% of calls with a retryable 5xx and drops the
+// answer of 5% after accepting them (those rows end unknown). 2,000 messages to 400 recipients. Afterwards, from the sim's own
 // timestamps: no key reached the phone twice, the identity's rate was never
 // exceeded in any one-second window, no recipient got two messages closer
 // than its interval, and every row is accounted for. SIGTERM then stops
@@ -35,8 +36,9 @@ func TestFourDrainProcessesShareOneQueue(t *testing.T) {
 	writeFile(t, cfg, fmt.Sprintf(`default_identity: shop
 identities:
   shop:
-    provider: http
+    provider: whatsapp
     base_url: %s
+    phone_number_id: "1000001"
     token_env: MSGQ_TEST_TOKEN
     rate: %d/s
     per_recipient_interval: %s
@@ -105,9 +107,9 @@ identities:
 	perRcpt := map[string][]time.Time{}
 	var all []time.Time
 	for _, d := range ds {
-		perKey[d.Key]++
-		if perKey[d.Key] == 2 {
-			t.Errorf("key %s reached the phone twice", d.Key)
+		perKey[d.Ref]++ // WhatsApp carries our row id back as biz_opaque_callback_data
+		if perKey[d.Ref] == 2 {
+			t.Errorf("message %s reached the phone twice", d.Ref)
 		}
 		perRcpt[d.To] = append(perRcpt[d.To], d.At)
 		all = append(all, d.At)
@@ -133,8 +135,8 @@ identities:
 		counts[r.State]++
 		switch r.State {
 		case "sent":
-			if perKey[r.Key] != 1 {
-				t.Errorf("%s is sent but reached the phone %d times", r.Key, perKey[r.Key])
+			if perKey[r.ID] != 1 {
+				t.Errorf("%s is sent but reached the phone %d times", r.Key, perKey[r.ID])
 			}
 		case "failed", "unknown":
 		default:
