@@ -103,7 +103,7 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		if len(claimed) == p.Limit {
 			break
 		}
-		slot, ok := pace.take(m, now, horizon)
+		slot, ok := pace.Take(m, now, horizon)
 		if !ok {
 			continue
 		}
@@ -138,7 +138,7 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 			return nil, fmt.Errorf("sqlite: claim history: %w", err)
 		}
 	}
-	if err := pace.save(ctx, tx); err != nil {
+	if err := savePace(ctx, tx, pace); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -195,40 +195,16 @@ func (s *Store) expireDue(ctx context.Context, tx *sql.Tx, now time.Time) error 
 	return nil
 }
 
-// pacer holds the pacing state a claim reads, advances and writes back.
-type pacer struct {
-	limits    map[string]store.Pacing
-	identity  map[string]time.Time // identity -> next free slot
-	recipient map[[2]string]time.Time
-	dirtyID   map[string]bool
-	dirtyRcpt map[[2]string]bool
-}
-
-func loadPace(ctx context.Context, tx *sql.Tx, cands []*store.Message, limits map[string]store.Pacing) (*pacer, error) {
-	pc := &pacer{limits: limits, identity: map[string]time.Time{}, recipient: map[[2]string]time.Time{},
-		dirtyID: map[string]bool{}, dirtyRcpt: map[[2]string]bool{}}
-	ids := map[string]bool{}
-	var pairs [][2]string
-	seen := map[[2]string]bool{}
-	// Slots are read for every paced identity, limits or not: a rate
-	// limit's deferral (PaceDefer) applies to identities without one.
-	for _, m := range cands {
-		if _, ok := limits[m.Identity]; !ok {
-			continue
-		}
-		ids[m.Identity] = true
-		k := [2]string{m.Identity, m.To}
-		if !seen[k] {
-			seen[k] = true
-			pairs = append(pairs, k)
-		}
-	}
-	for id := range ids {
+// loadPace reads the stored slots a claim over cands needs.
+func loadPace(ctx context.Context, tx *sql.Tx, cands []*store.Message, limits map[string]store.Pacing) (*store.Pacer, error) {
+	pc := store.NewPacer(limits)
+	ids, pairs := pc.Need(cands)
+	for _, id := range ids {
 		var next int64
 		err := tx.QueryRowContext(ctx, "SELECT next_at FROM identity_pace WHERE identity = ?", id).Scan(&next)
 		switch {
 		case err == nil:
-			pc.identity[id] = fromMicros(next)
+			pc.LoadIdentity(id, fromMicros(next))
 		case errors.Is(err, sql.ErrNoRows):
 		default:
 			return nil, fmt.Errorf("sqlite: claim pacing: %w", err)
@@ -239,7 +215,7 @@ func loadPace(ctx context.Context, tx *sql.Tx, cands []*store.Message, limits ma
 		part := pairs[start:min(start+chunk, len(pairs))]
 		args := make([]any, 0, 2*len(part))
 		for _, k := range part {
-			args = append(args, k[0], k[1])
+			args = append(args, k.Identity, k.Recipient)
 		}
 		rs, err := tx.QueryContext(ctx, "SELECT identity, recipient, next_at FROM recipient_pace WHERE (identity, recipient) IN (VALUES "+
 			placeholders(len(part), 2)+")", args...)
@@ -247,13 +223,13 @@ func loadPace(ctx context.Context, tx *sql.Tx, cands []*store.Message, limits ma
 			return nil, fmt.Errorf("sqlite: claim pacing: %w", err)
 		}
 		for rs.Next() {
-			var id, to string
+			var k store.Pair
 			var next int64
-			if err := rs.Scan(&id, &to, &next); err != nil {
+			if err := rs.Scan(&k.Identity, &k.Recipient, &next); err != nil {
 				rs.Close()
 				return nil, fmt.Errorf("sqlite: claim pacing: %w", err)
 			}
-			pc.recipient[[2]string{id, to}] = fromMicros(next)
+			pc.LoadRecipient(k, fromMicros(next))
 		}
 		if err := rs.Close(); err != nil {
 			return nil, fmt.Errorf("sqlite: claim pacing: %w", err)
@@ -262,43 +238,17 @@ func loadPace(ctx context.Context, tx *sql.Tx, cands []*store.Message, limits ma
 	return pc, nil
 }
 
-// take returns m's slot (the earliest time its call may start) and
-// reserves it, or false when the slot lies beyond the horizon.
-func (pc *pacer) take(m *store.Message, now time.Time, horizon time.Duration) (time.Time, bool) {
-	l, ok := pc.limits[m.Identity]
-	if !ok {
-		return now, true
-	}
-	slot := now
-	k := [2]string{m.Identity, m.To}
-	if pc.identity[m.Identity].After(slot) {
-		slot = pc.identity[m.Identity]
-	}
-	if pc.recipient[k].After(slot) {
-		slot = pc.recipient[k]
-	}
-	if slot.Sub(now) >= horizon {
-		return time.Time{}, false
-	}
-	if l.Spacing > 0 {
-		pc.identity[m.Identity], pc.dirtyID[m.Identity] = slot.Add(l.Spacing), true
-	}
-	if l.PerRecipient > 0 {
-		pc.recipient[k], pc.dirtyRcpt[k] = slot.Add(l.PerRecipient), true
-	}
-	return slot, true
-}
-
-func (pc *pacer) save(ctx context.Context, tx *sql.Tx) error {
-	for id := range pc.dirtyID {
+// savePace writes back the slots the claim moved.
+func savePace(ctx context.Context, tx *sql.Tx, pc *store.Pacer) error {
+	for id, next := range pc.ChangedIdentities() {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO identity_pace (identity, next_at) VALUES (?, ?) "+
-			"ON CONFLICT (identity) DO UPDATE SET next_at = excluded.next_at", id, micros(pc.identity[id])); err != nil {
+			"ON CONFLICT (identity) DO UPDATE SET next_at = excluded.next_at", id, micros(next)); err != nil {
 			return fmt.Errorf("sqlite: claim pacing: %w", err)
 		}
 	}
-	for k := range pc.dirtyRcpt {
+	for k, next := range pc.ChangedRecipients() {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO recipient_pace (identity, recipient, next_at) VALUES (?, ?, ?) "+
-			"ON CONFLICT (identity, recipient) DO UPDATE SET next_at = excluded.next_at", k[0], k[1], micros(pc.recipient[k])); err != nil {
+			"ON CONFLICT (identity, recipient) DO UPDATE SET next_at = excluded.next_at", k.Identity, k.Recipient, micros(next)); err != nil {
 			return fmt.Errorf("sqlite: claim pacing: %w", err)
 		}
 	}
