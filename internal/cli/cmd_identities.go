@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"sort"
 	"strconv"
 	"time"
 
@@ -122,11 +123,7 @@ func sortedRows(rows map[string]*identityRow) []identityRow {
 	for _, r := range rows {
 		out = append(out, *r)
 	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].Name < out[j-1].Name; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
