@@ -5,7 +5,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -142,5 +141,3 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 		return nil
 	}
 }
-
-var errNotSupported = errors.New("not supported yet")

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/postgres"
 	"github.com/msgq/msgq/internal/store/sqlite"
 )
 
@@ -30,9 +31,24 @@ func openStore(ctx context.Context, raw string, noMigrate bool) (store.Store, er
 		}
 		return sqlite.Open(ctx, path, sqlite.Options{NoMigrate: noMigrate})
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
-		return nil, usagef("store %s: PostgreSQL is %v (use sqlite:PATH)", redactURL(raw), errNotSupported)
+		st, err := postgres.Open(ctx, raw, postgres.Options{NoMigrate: noMigrate})
+		if err != nil {
+			// The driver's message may quote the URL; never print its password.
+			return nil, fmt.Errorf("store %s: %s", redactURL(raw), strings.ReplaceAll(err.Error(), passwordOf(raw), "xxxxx"))
+		}
+		return st, nil
 	}
 	return nil, usagef("unknown store %q (want sqlite:PATH or postgres://...)", redactURL(raw))
+}
+
+// passwordOf returns the password in a URL, or a string that never occurs.
+func passwordOf(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			return p
+		}
+	}
+	return "\x00no-password\x00"
 }
 
 // redactURL hides a password in a store URL before it is printed.

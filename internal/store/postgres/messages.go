@@ -1,0 +1,530 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+const messageCols = `id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
+	payload, state, reason, attempts, next_attempt_at, expires_at, lease_owner, lease_until,
+	provider_id, last_error, resend_of, resolution, created_at, updated_at, maybe_sent`
+
+const historyCols = `message_id, from_state, to_state, reason, event, applied, source, detail, at`
+
+// insertMessagesSQL inserts a whole batch as one statement over column
+// arrays: one round trip and one plan whatever the batch size.
+const insertMessagesSQL = `INSERT INTO messages (id, tenant, key, body_hash, recipient, channel, identity, purpose,
+	trigger_ref, lane, payload, state, next_attempt_at, expires_at, resend_of, created_at, updated_at)
+SELECT v.id, v.tenant, v.key, v.body_hash, v.recipient, v.channel, v.identity, v.purpose, v.trigger_ref, v.lane,
+	v.payload, v.state, v.next_attempt_at, v.expires_at, v.resend_of, $16, $16
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+	$9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[], $14::timestamptz[], $15::text[])
+	WITH ORDINALITY AS v(id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
+	payload, state, next_attempt_at, expires_at, resend_of, ord)
+ORDER BY v.ord
+ON CONFLICT (tenant, key) DO NOTHING RETURNING id`
+
+// MessageEnqueue creates one row or finds its replay.
+func (s *Store) MessageEnqueue(ctx context.Context, p *store.EnqueueParams) (*store.EnqueueResult, error) {
+	res, err := s.MessageEnqueueMany(ctx, []store.EnqueueParams{*p})
+	if err != nil {
+		return nil, err
+	}
+	if res[0].Err != nil {
+		return nil, res[0].Err
+	}
+	return &res[0], nil
+}
+
+type pending struct {
+	idx  int
+	msg  *store.Message
+	hash string
+}
+
+// MessageEnqueueMany writes a batch in one transaction. The unique index
+// decides which rows are new (ON CONFLICT DO NOTHING RETURNING id); every
+// other row is looked up afterwards in the same transaction and compared
+// by body hash.
+func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams) ([]store.EnqueueResult, error) {
+	now := s.clock()
+	results := make([]store.EnqueueResult, len(ps))
+	var rows []pending
+	for i := range ps {
+		p := ps[i]
+		p.Normalize()
+		if err := p.Validate(now); err != nil {
+			results[i].Err = err
+			continue
+		}
+		m := s.newMessage(&p, now)
+		rows = append(rows, pending{idx: i, msg: m, hash: m.BodyHash})
+	}
+	if len(rows) == 0 {
+		return results, nil
+	}
+	// Insert in (tenant, key) order, so that concurrent batches sharing
+	// keys wait for each other instead of deadlocking; an earlier item of
+	// one key still goes first (stable sort).
+	order := make([]pending, len(rows))
+	copy(order, rows)
+	sort.SliceStable(order, func(i, j int) bool {
+		a, b := order[i].msg, order[j].msg
+		if a.Tenant != b.Tenant {
+			return a.Tenant < b.Tenant
+		}
+		return a.Key < b.Key
+	})
+	n := len(order)
+	cols := make([][]string, 12)
+	for c := range cols {
+		cols[c] = make([]string, n)
+	}
+	nexts := make([]time.Time, n)
+	exps := make([]*time.Time, n)
+	resends := make([]string, n)
+	for i, r := range order {
+		m := r.msg
+		payload, _ := json.Marshal(m.Payload)
+		for c, v := range []string{m.ID, m.Tenant, m.Key, m.BodyHash, m.To, m.Channel, m.Identity, m.Purpose,
+			m.TriggerRef, m.Lane, string(payload), string(m.State)} {
+			cols[c][i] = v
+		}
+		nexts[i], exps[i], resends[i] = m.NextAttemptAt, m.ExpiresAt, m.ResendOf
+	}
+
+	err := s.inTx(ctx, "enqueue", func(tx pgx.Tx) error {
+		args := make([]any, 0, 16)
+		for _, c := range cols {
+			args = append(args, c)
+		}
+		args = append(args, nexts, exps, resends, now)
+		rs, err := tx.Query(ctx, insertMessagesSQL, args...)
+		if err != nil {
+			return fmt.Errorf("postgres: enqueue: %w", err)
+		}
+		ids, err := pgx.CollectRows(rs, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("postgres: enqueue: %w", err)
+		}
+		inserted := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			inserted[id] = true
+		}
+		var newIDs []string
+		var others []pending
+		for _, r := range rows {
+			if inserted[r.msg.ID] {
+				newIDs = append(newIDs, r.msg.ID)
+				results[r.idx] = store.EnqueueResult{Message: r.msg}
+			} else {
+				others = append(others, r)
+			}
+		}
+		if len(newIDs) > 0 {
+			if _, err := tx.Exec(ctx, "INSERT INTO history (message_id, seq, from_state, to_state, reason, event, applied, source, detail, at) "+
+				"SELECT id, 1, $2, $3, '', $4, true, $5, '', $6 FROM unnest($1::text[]) AS id",
+				newIDs, string(state.None), string(state.Queued), string(state.Enqueue), store.SourceSend, now); err != nil {
+				return fmt.Errorf("postgres: enqueue history: %w", err)
+			}
+		}
+		if len(others) == 0 {
+			return nil
+		}
+		tenants, keys := make([]string, len(others)), make([]string, len(others))
+		for i, r := range others {
+			tenants[i], keys[i] = r.msg.Tenant, r.msg.Key
+		}
+		rs, err = tx.Query(ctx, "SELECT "+messageCols+" FROM messages WHERE (tenant, key) IN "+
+			"(SELECT t, k FROM unnest($1::text[], $2::text[]) AS u(t, k))", tenants, keys)
+		if err != nil {
+			return fmt.Errorf("postgres: enqueue lookup: %w", err)
+		}
+		found, err := collectMessages(rs)
+		if err != nil {
+			return fmt.Errorf("postgres: enqueue lookup: %w", err)
+		}
+		existing := make(map[string]*store.Message, len(found))
+		for i := range found {
+			existing[found[i].Tenant+"\x00"+found[i].Key] = &found[i]
+		}
+		for _, r := range others {
+			m := existing[r.msg.Tenant+"\x00"+r.msg.Key]
+			switch {
+			case m == nil:
+				return fmt.Errorf("postgres: enqueue: key %q neither inserted nor found", r.msg.Key)
+			case m.BodyHash == r.hash:
+				results[r.idx] = store.EnqueueResult{Message: m, Replayed: true}
+			default:
+				results[r.idx] = store.EnqueueResult{Err: &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: m.ID}}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// newMessage is the row an enqueue creates, before it is written.
+func (s *Store) newMessage(p *store.EnqueueParams, now time.Time) *store.Message {
+	res, err := state.Transition(state.None, state.Event{Kind: state.Enqueue})
+	if err != nil {
+		panic(err) // the machine always admits a new row
+	}
+	next := now
+	if p.NotBefore.After(now) {
+		next = p.NotBefore.UTC().Truncate(store.Resolution)
+	}
+	var exp *time.Time
+	if !p.ExpiresAt.IsZero() {
+		e := p.ExpiresAt.UTC().Truncate(store.Resolution)
+		exp = &e
+	}
+	payload := p.Payload
+	if len(payload.Params) == 0 {
+		payload.Params = nil
+	}
+	return &store.Message{
+		ID: s.newID(now), Tenant: p.Tenant, Key: p.Key, BodyHash: p.BodyHash(), To: p.To,
+		Channel: p.Channel, Identity: p.Identity, Purpose: p.Purpose, TriggerRef: p.TriggerRef,
+		Lane: p.Lane, Payload: &payload, State: res.To, NextAttemptAt: next, ExpiresAt: exp,
+		ResendOf: p.ResendOf, CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+func scanMessage(row pgx.Row) (*store.Message, error) {
+	var (
+		m                      store.Message
+		payload                *string
+		st, reason             string
+		next, created, updated time.Time
+		expires, leaseUntil    *time.Time
+	)
+	err := row.Scan(&m.ID, &m.Tenant, &m.Key, &m.BodyHash, &m.To, &m.Channel, &m.Identity, &m.Purpose,
+		&m.TriggerRef, &m.Lane, &payload, &st, &reason, &m.Attempts, &next, &expires, &m.LeaseOwner,
+		&leaseUntil, &m.ProviderID, &m.LastError, &m.ResendOf, &m.Resolution, &created, &updated, &m.MaybeSent)
+	if err != nil {
+		return nil, err
+	}
+	if payload != nil {
+		var p store.Payload
+		if err := json.Unmarshal([]byte(*payload), &p); err != nil {
+			return nil, fmt.Errorf("message %s: payload: %w", m.ID, err)
+		}
+		m.Payload = &p
+	}
+	m.State, m.Reason = state.State(st), state.Reason(reason)
+	m.NextAttemptAt, m.CreatedAt, m.UpdatedAt = next.UTC(), created.UTC(), updated.UTC()
+	m.ExpiresAt, m.LeaseUntil = utcPtr(expires), utcPtr(leaseUntil)
+	return &m, nil
+}
+
+func collectMessages(rs pgx.Rows) ([]store.Message, error) {
+	defer rs.Close()
+	out := []store.Message{}
+	for rs.Next() {
+		m, err := scanMessage(rs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *m)
+	}
+	return out, rs.Err()
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, q string, args ...any) pgx.Row
+}
+
+func getOne(ctx context.Context, db querier, q string, args ...any) (*store.Message, error) {
+	m, err := scanMessage(db.QueryRow(ctx, q, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: get message: %w", err)
+	}
+	return m, nil
+}
+
+// MessageGet finds a row by id, or else by key within tenant.
+func (s *Store) MessageGet(ctx context.Context, tenant, ref string) (*store.Message, error) {
+	if tenant == "" {
+		tenant = store.DefaultTenant
+	}
+	m, err := getOne(ctx, s.pool, "SELECT "+messageCols+" FROM messages WHERE id = $1 AND tenant = $2", ref, tenant)
+	if errors.Is(err, store.ErrNotFound) {
+		m, err = getOne(ctx, s.pool, "SELECT "+messageCols+" FROM messages WHERE tenant = $1 AND key = $2", tenant, ref)
+	}
+	return m, err
+}
+
+// MessageList returns filtered rows, newest first.
+func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.Message, error) {
+	var where []string
+	var args []any
+	add := func(cond string, vs ...any) {
+		for _, v := range vs {
+			args = append(args, v)
+			cond = strings.Replace(cond, "?", "$"+strconv.Itoa(len(args)), 1)
+		}
+		where = append(where, cond)
+	}
+	if p.Tenant != "" {
+		add("tenant = ?", p.Tenant)
+	}
+	if p.State != state.None {
+		if !p.State.Valid() {
+			return nil, &store.InvalidError{Field: "state", Msg: fmt.Sprintf("unknown state %q", p.State)}
+		}
+		add("state = ?", string(p.State))
+	}
+	if p.To != "" {
+		add("recipient = ?", p.To)
+	}
+	if p.Purpose != "" {
+		add("purpose = ?", p.Purpose)
+	}
+	if p.KeyPrefix != "" {
+		// A range, not LIKE: '_' is a key character and a LIKE wildcard.
+		// key is in the "C" collation and keys are ASCII below 0x7f, so
+		// prefix+"\x7f" bounds every key that starts with prefix.
+		add("key >= ? AND key < ?", p.KeyPrefix, p.KeyPrefix+"\x7f")
+	}
+	if !p.Since.IsZero() {
+		add("created_at >= ?", p.Since.UTC())
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	q := "SELECT " + messageCols + " FROM messages"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, limit)
+	q += " ORDER BY id DESC LIMIT $" + strconv.Itoa(len(args))
+	rs, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list: %w", err)
+	}
+	out, err := collectMessages(rs)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list: %w", err)
+	}
+	return out, nil
+}
+
+// MessageHistory returns a row's state changes, oldest first.
+func (s *Store) MessageHistory(ctx context.Context, id string) ([]store.HistoryEntry, error) {
+	rs, err := s.pool.Query(ctx, "SELECT "+historyCols+" FROM history WHERE message_id = $1 ORDER BY seq", id)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: history: %w", err)
+	}
+	defer rs.Close()
+	out := []store.HistoryEntry{}
+	for rs.Next() {
+		var h store.HistoryEntry
+		var from, to, reason string
+		var at time.Time
+		if err := rs.Scan(&h.MessageID, &from, &to, &reason, &h.Event, &h.Applied, &h.Source, &h.Detail, &at); err != nil {
+			return nil, fmt.Errorf("postgres: history: %w", err)
+		}
+		h.From, h.To, h.Reason, h.At = state.State(from), state.State(to), state.Reason(reason), at.UTC()
+		out = append(out, h)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: history: %w", err)
+	}
+	return out, nil
+}
+
+const attemptCols = `message_id, number, started_at, finished_at, class, http_status, provider_code,
+	provider_subcode, raw_error, latency_us`
+
+// MessageAttempts returns a row's provider calls, oldest first.
+func (s *Store) MessageAttempts(ctx context.Context, id string) ([]store.Attempt, error) {
+	rs, err := s.pool.Query(ctx, "SELECT "+attemptCols+" FROM attempts WHERE message_id = $1 ORDER BY seq", id)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: attempts: %w", err)
+	}
+	defer rs.Close()
+	out := []store.Attempt{}
+	for rs.Next() {
+		var a store.Attempt
+		var started, finished time.Time
+		var latency int64
+		if err := rs.Scan(&a.MessageID, &a.Number, &started, &finished, &a.Class, &a.HTTPStatus,
+			&a.ProviderCode, &a.ProviderSubcode, &a.RawError, &latency); err != nil {
+			return nil, fmt.Errorf("postgres: attempts: %w", err)
+		}
+		a.StartedAt, a.FinishedAt = started.UTC(), finished.UTC()
+		a.Latency = time.Duration(latency) * time.Microsecond
+		out = append(out, a)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: attempts: %w", err)
+	}
+	return out, nil
+}
+
+// MessageTransition applies one event through the state machine,
+// conditionally on the state (and lease) the caller read.
+func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams) (*store.Message, error) {
+	var m *store.Message
+	err := s.inTx(ctx, "transition", func(tx pgx.Tx) error {
+		if _, err := s.applyTransition(ctx, tx, p); err != nil {
+			return err
+		}
+		var err error
+		m, err = getOne(ctx, tx, "SELECT "+messageCols+" FROM messages WHERE id = $1", p.ID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// MessageTransitionMany applies several transitions in one transaction.
+// An item's own error is found before it writes anything, so the
+// transaction goes on past it.
+func (s *Store) MessageTransitionMany(ctx context.Context, ps []store.TransitionParams) ([]store.TransitionResult, error) {
+	out := make([]store.TransitionResult, len(ps))
+	if len(ps) == 0 {
+		return out, nil
+	}
+	err := s.inTx(ctx, "transition", func(tx pgx.Tx) error {
+		for i := range ps {
+			res, err := s.applyTransition(ctx, tx, &ps[i])
+			switch {
+			case err == nil:
+				out[i].State = res.To
+			case store.IsItemError(err):
+				out[i].Err = err
+			default:
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// applyTransition checks and writes one transition inside tx. Its errors
+// are either the item's own (store.IsItemError: nothing of it was
+// written, and tx is still usable) or the database's.
+func (s *Store) applyTransition(ctx context.Context, tx pgx.Tx, p *store.TransitionParams) (state.Result, error) {
+	if p.Event.Kind == state.Claim || p.Event.Kind == state.Enqueue {
+		return state.Result{}, &store.InvalidError{Field: "event", Msg: string(p.Event.Kind) + " has its own store method"}
+	}
+	res, err := state.Transition(p.From, p.Event)
+	if err != nil {
+		return res, err
+	}
+	now := p.Now.UTC().Truncate(store.Resolution)
+	if p.Now.IsZero() {
+		now = s.clock()
+	}
+	var (
+		cur        string
+		leaseOwner string
+		leaseUntil *time.Time
+	)
+	// The row lock holds off every other writer of this row until commit.
+	err = tx.QueryRow(ctx, "SELECT state, lease_owner, lease_until FROM messages WHERE id = $1 FOR UPDATE", p.ID).
+		Scan(&cur, &leaseOwner, &leaseUntil)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, store.ErrNotFound
+	}
+	if err != nil {
+		return res, fmt.Errorf("postgres: transition: %w", err)
+	}
+	if state.State(cur) != p.From || (p.LeaseOwner != "" && leaseOwner != p.LeaseOwner) {
+		return res, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
+	}
+	// A verdict on a sending row is only for one whose drain vanished: a
+	// live lease means a drain still owns the answer.
+	if p.Event.Kind == state.Resolve && cur == string(state.Sending) && leaseUntil != nil && leaseUntil.After(now) {
+		return res, fmt.Errorf("%w: message %s is leased by %s until %s", store.ErrLeaseLive, p.ID, leaseOwner,
+			leaseUntil.UTC().Format(time.RFC3339))
+	}
+
+	var set []string
+	var args []any
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	set = append(set, "updated_at = "+arg(now))
+	if res.Applied {
+		set = append(set, "state = "+arg(string(res.To)), "reason = "+arg(string(res.Reason)))
+		if res.To != state.Sending {
+			set = append(set, "lease_owner = ''", "lease_until = NULL")
+		}
+		if res.To == state.Queued {
+			next := p.NextAttemptAt.UTC().Truncate(store.Resolution)
+			if p.NextAttemptAt.IsZero() {
+				next = now
+			}
+			set = append(set, "next_attempt_at = "+arg(next))
+		}
+	}
+	if p.ProviderID != "" {
+		set = append(set, "provider_id = "+arg(p.ProviderID))
+	}
+	if p.MaybeSent {
+		set = append(set, "maybe_sent = true")
+	}
+	if p.NoCall {
+		set = append(set, "attempts = greatest(attempts - 1, 0)")
+	}
+	if p.LastError != "" {
+		set = append(set, "last_error = "+arg(p.LastError))
+	}
+	if p.Resolution != "" {
+		set = append(set, "resolution = "+arg(p.Resolution))
+	}
+	q := "UPDATE messages SET " + strings.Join(set, ", ") + " WHERE id = " + arg(p.ID) + " AND state = " + arg(string(p.From))
+	if p.LeaseOwner != "" {
+		q += " AND lease_owner = " + arg(p.LeaseOwner)
+	}
+	tag, err := tx.Exec(ctx, q, args...)
+	if err != nil {
+		return res, fmt.Errorf("postgres: transition: %w", err)
+	}
+	if n := tag.RowsAffected(); n != 1 {
+		// Under the row lock the row cannot have moved since the read;
+		// this is a database fault, not a lost race.
+		return res, fmt.Errorf("postgres: transition: message %s: %d rows changed", p.ID, n)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
+		"SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
+		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), res.Applied, p.Source, p.Detail, now); err != nil {
+		return res, fmt.Errorf("postgres: transition history: %w", err)
+	}
+	if a := p.Attempt; a != nil {
+		if _, err := tx.Exec(ctx, "INSERT INTO attempts ("+attemptCols+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+			p.ID, a.Number, a.StartedAt.UTC().Truncate(store.Resolution), a.FinishedAt.UTC().Truncate(store.Resolution), a.Class, a.HTTPStatus, a.ProviderCode,
+			a.ProviderSubcode, a.RawError, a.Latency.Microseconds()); err != nil {
+			return res, fmt.Errorf("postgres: transition attempt: %w", err)
+		}
+	}
+	return res, nil
+}

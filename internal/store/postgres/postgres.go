@@ -1,0 +1,251 @@
+// Package postgres is msgq's shared store: one PostgreSQL database used by
+// drains and senders on many hosts at once (DESIGN.md §5). Every claim and
+// outcome is one committed transaction; rows are locked (FOR UPDATE, SKIP
+// LOCKED for claims) rather than the whole database.
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/msgq/msgq/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Store is the PostgreSQL implementation of store.Store.
+type Store struct {
+	pool *pgxpool.Pool
+	now  func() time.Time
+
+	idMu    sync.Mutex
+	entropy *ulid.MonotonicEntropy
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Options tunes Open. The zero value is what msgq uses.
+type Options struct {
+	// Now is the store's clock; nil means time.Now.
+	Now func() time.Time
+	// NoMigrate skips the automatic migration on open.
+	NoMigrate bool
+	// Schema, when set, is the search_path of every connection (created
+	// if missing), so that several queues (or tests) can share a database.
+	Schema string
+}
+
+// Open connects to the database at url and, unless opts.NoMigrate, brings
+// its schema up to date.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if opts.Schema != "" {
+		if err := createSchema(ctx, cfg.ConnConfig.Copy(), opts.Schema); err != nil {
+			return nil, err
+		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	s := &Store{pool: pool, now: opts.Now, entropy: ulid.Monotonic(rand.Reader, 0)}
+	if !opts.NoMigrate {
+		if _, err := s.Migrate(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func createSchema(ctx context.Context, cc *pgx.ConnConfig, schema string) error {
+	c, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("postgres: connect: %w", err)
+	}
+	defer c.Close(ctx)
+	var exists bool
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+		return fmt.Errorf("postgres: schema %s: %w", schema, err)
+	}
+	if exists {
+		return nil
+	}
+	_, err = c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize())
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		err = nil // created by another process meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: create schema %s: %w", schema, err)
+	}
+	return nil
+}
+
+// Close releases the pool's connections.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	ents, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range ents {
+		n, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("postgres: migration %s: name must start with a version number", e.Name())
+		}
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{v, e.Name(), string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	return ms, nil
+}
+
+// Migrate applies pending migrations in one transaction that holds a
+// transaction-scoped advisory lock (keyed by the schema), so concurrent
+// processes apply each version once: the second waits, then finds the
+// versions recorded in schema_migrations.
+func (s *Store) Migrate(ctx context.Context) ([]int, error) {
+	ms, err := migrations()
+	if err != nil {
+		return nil, err
+	}
+	latest := ms[len(ms)-1].version
+
+	// Fast path: an up-to-date schema needs no lock.
+	var cur *int
+	err = s.pool.QueryRow(ctx, "SELECT max(version) FROM schema_migrations").Scan(&cur)
+	var pe *pgconn.PgError
+	switch {
+	case err == nil && cur != nil && *cur > latest:
+		return nil, fmt.Errorf("%w: database at version %d, this msgq knows up to %d", store.ErrSchemaTooNew, *cur, latest)
+	case err == nil && cur != nil && *cur == latest:
+		return nil, nil
+	case err == nil, errors.As(err, &pe) && pe.Code == "42P01": // undefined_table
+	default:
+		return nil, fmt.Errorf("postgres: read schema version: %w", err)
+	}
+
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended('msgq.migrate.' || current_schema(), 0))"); err != nil {
+		return nil, fmt.Errorf("postgres: migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"); err != nil {
+		return nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	done := map[int]bool{}
+	rs, err := tx.Query(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read schema version: %w", err)
+	}
+	versions, err := pgx.CollectRows(rs, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: read schema version: %w", err)
+	}
+	for _, v := range versions {
+		if v > latest {
+			return nil, fmt.Errorf("%w: database at version %d, this msgq knows up to %d", store.ErrSchemaTooNew, v, latest)
+		}
+		done[v] = true
+	}
+	var applied []int
+	for _, m := range ms {
+		if done[m.version] {
+			continue
+		}
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			return nil, fmt.Errorf("postgres: migration %s: %w", m.name, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", m.version, s.clock()); err != nil {
+			return nil, fmt.Errorf("postgres: migration %s: %w", m.name, err)
+		}
+		applied = append(applied, m.version)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("postgres: migrate: commit: %w", err)
+	}
+	return applied, nil
+}
+
+func (s *Store) clock() time.Time { return s.now().UTC().Truncate(store.Resolution) }
+
+// newID is a ULID on the store's clock, from the store's own monotonic
+// entropy, so ids made by one handle sort in creation order.
+func (s *Store) newID(now time.Time) string {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+	return ulid.MustNew(ulid.Timestamp(now), s.entropy).String()
+}
+
+// ts converts a time for a timestamptz column (NULL for the zero time).
+func ts(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Truncate(store.Resolution)
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// beginFunc runs fn in a transaction, committing when it returns nil.
+func (s *Store) inTx(ctx context.Context, what string, fn func(tx pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: %s: %w", what, err)
+	}
+	defer tx.Rollback(ctx)
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("postgres: %s: commit: %w", what, err)
+	}
+	return nil
+}
