@@ -2,13 +2,21 @@ package drain_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/msgq/msgq/internal/drain"
 	"github.com/msgq/msgq/internal/provider/httpapi"
 	"github.com/msgq/msgq/internal/sim"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/postgres"
+	"github.com/msgq/msgq/internal/store/storetest"
 )
 
 // BenchmarkDrainSQLiteInProcessSim measures end-to-end drain throughput on
@@ -64,6 +72,56 @@ func BenchmarkDrainHTTPSim100ms(b *testing.B) {
 		total += time.Since(start)
 		b.StopTimer()
 		srv.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if sum.Sent != n {
+			b.Fatalf("sent %d of %d", sum.Sent, n)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/total.Seconds(), "msgs/s")
+}
+
+// BenchmarkDrainPostgresInProcessSim is BenchmarkDrainSQLiteInProcessSim on
+// the local PostgreSQL (MSGQ_TEST_POSTGRES_URL), each run in a fresh schema.
+//
+//	MSGQ_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test go test -run '^$' -bench DrainPostgres -benchtime 2x ./internal/drain
+func BenchmarkDrainPostgresInProcessSim(b *testing.B) {
+	url := os.Getenv("MSGQ_TEST_POSTGRES_URL")
+	if url == "" {
+		b.Skip("MSGQ_TEST_POSTGRES_URL is not set")
+	}
+	const n = 20_000
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		schema := fmt.Sprintf("msgq_bench_%d", rand.Uint64())
+		s, err := postgres.Open(context.Background(), url, postgres.Options{Schema: schema})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps := make([]store.EnqueueParams, n)
+		for j := range ps {
+			ps[j] = storetest.Params(fmt.Sprintf("k-%06d", j))
+			ps[j].To = fmt.Sprintf("+1555%07d", j)
+		}
+		for off := 0; off < n; off += 4096 {
+			if _, err := s.MessageEnqueueMany(context.Background(), ps[off:min(off+4096, n)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cfg := config(s, sim.New(sim.DefaultConfig()).Provider())
+		cfg.Concurrency = 64
+		b.StartTimer()
+		start := time.Now()
+		sum, err := drain.Run(context.Background(), cfg)
+		total += time.Since(start)
+		b.StopTimer()
+		s.Close()
+		if c, cerr := pgx.Connect(context.Background(), url); cerr == nil {
+			_, _ = c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+			c.Close(context.Background())
+		}
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -19,7 +19,7 @@ import (
 
 // testURL is the database the tests use, from MSGQ_TEST_POSTGRES_URL:
 // they skip without it, except in CI, where a skip would hide the store.
-func testURL(t *testing.T) string {
+func testURL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv("MSGQ_TEST_POSTGRES_URL")
 	if u == "" {
@@ -33,7 +33,7 @@ func testURL(t *testing.T) string {
 
 // freshSchema names a new schema, dropped (with everything in it) when t
 // ends, after the stores opened on it are closed.
-func freshSchema(t *testing.T, url string) string {
+func freshSchema(t testing.TB, url string) string {
 	t.Helper()
 	b := make([]byte, 8)
 	rand.Read(b)
