@@ -386,10 +386,13 @@ func (s *Store) MessageAttempts(ctx context.Context, id string) ([]store.Attempt
 func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams) (*store.Message, error) {
 	var m *store.Message
 	err := s.inTx(ctx, "transition", func(tx pgx.Tx) error {
-		if _, err := s.applyTransition(ctx, tx, p); err != nil {
+		out, err := s.transitionMany(ctx, tx, []store.TransitionParams{*p})
+		if err != nil {
 			return err
 		}
-		var err error
+		if out[0].Err != nil {
+			return out[0].Err
+		}
 		m, err = getOne(ctx, tx, "SELECT "+messageCols+" FROM messages WHERE id = $1", p.ID)
 		return err
 	})
@@ -403,23 +406,14 @@ func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams
 // An item's own error is found before it writes anything, so the
 // transaction goes on past it.
 func (s *Store) MessageTransitionMany(ctx context.Context, ps []store.TransitionParams) ([]store.TransitionResult, error) {
-	out := make([]store.TransitionResult, len(ps))
 	if len(ps) == 0 {
-		return out, nil
+		return []store.TransitionResult{}, nil
 	}
+	var out []store.TransitionResult
 	err := s.inTx(ctx, "transition", func(tx pgx.Tx) error {
-		for i := range ps {
-			res, err := s.applyTransition(ctx, tx, &ps[i])
-			switch {
-			case err == nil:
-				out[i].State = res.To
-			case store.IsItemError(err):
-				out[i].Err = err
-			default:
-				return err
-			}
-		}
-		return nil
+		var err error
+		out, err = s.transitionMany(ctx, tx, ps)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -427,45 +421,122 @@ func (s *Store) MessageTransitionMany(ctx context.Context, ps []store.Transition
 	return out, nil
 }
 
-// applyTransition checks and writes one transition inside tx. Its errors
-// are either the item's own (store.IsItemError: nothing of it was
-// written, and tx is still usable) or the database's.
-func (s *Store) applyTransition(ctx context.Context, tx pgx.Tx, p *store.TransitionParams) (state.Result, error) {
+// transitionMany applies ps inside tx: per-item errors in the results, a
+// database error as the error.
+func (s *Store) transitionMany(ctx context.Context, tx pgx.Tx, ps []store.TransitionParams) ([]store.TransitionResult, error) {
+	out := make([]store.TransitionResult, len(ps))
+	err := func() error {
+		// One round trip locks and reads every row (in id order, so two
+		// batches never deadlock); one batch then carries every write.
+		ids := make([]string, 0, len(ps))
+		for i := range ps {
+			ids = append(ids, ps[i].ID)
+		}
+		rows, err := tx.Query(ctx, "SELECT id, state, lease_owner, lease_until FROM messages WHERE id = ANY($1) ORDER BY id FOR UPDATE", ids)
+		if err != nil {
+			return fmt.Errorf("postgres: transition: %w", err)
+		}
+		cur := map[string]*rowState{}
+		for rows.Next() {
+			var id string
+			r := &rowState{}
+			if err := rows.Scan(&id, &r.state, &r.leaseOwner, &r.leaseUntil); err != nil {
+				rows.Close()
+				return fmt.Errorf("postgres: transition: %w", err)
+			}
+			cur[id] = r
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("postgres: transition: %w", err)
+		}
+		b := &pgx.Batch{}
+		var updates []int // batch positions of the UPDATEs, to check each changed one row
+		for i := range ps {
+			p := &ps[i]
+			r := cur[p.ID]
+			if r == nil {
+				out[i].Err = store.ErrNotFound
+				continue
+			}
+			res, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil)
+			if err != nil {
+				out[i].Err = err // every check failure is the item's own
+				continue
+			}
+			updates = append(updates, b.Len())
+			queueTransition(b, p, res, now)
+			out[i].State = res.To
+			// Later items for the same row see this one's result.
+			if res.Applied {
+				r.state = string(res.To)
+				if res.To != state.Sending {
+					r.leaseOwner, r.leaseUntil = "", nil
+				}
+			}
+		}
+		if b.Len() == 0 {
+			return nil
+		}
+		br := tx.SendBatch(ctx, b)
+		defer br.Close()
+		next := 0
+		for pos := 0; pos < b.Len(); pos++ {
+			tag, err := br.Exec()
+			if err != nil {
+				return fmt.Errorf("postgres: transition: %w", err)
+			}
+			if next < len(updates) && updates[next] == pos {
+				next++
+				if tag.RowsAffected() != 1 {
+					return fmt.Errorf("postgres: transition: an update changed %d rows under its row lock", tag.RowsAffected())
+				}
+			}
+		}
+		return br.Close()
+	}()
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// rowState is what a transition reads of its row.
+type rowState struct {
+	state      string
+	leaseOwner string
+	leaseUntil *time.Time
+}
+
+// checkTransition decides p against the row's current state and lease;
+// its errors are the item's own.
+func (s *Store) checkTransition(p *store.TransitionParams, cur, leaseOwner string, leaseUntil *time.Time) (state.Result, time.Time, error) {
 	if p.Event.Kind == state.Claim || p.Event.Kind == state.Enqueue {
-		return state.Result{}, &store.InvalidError{Field: "event", Msg: string(p.Event.Kind) + " has its own store method"}
+		return state.Result{}, time.Time{}, &store.InvalidError{Field: "event", Msg: string(p.Event.Kind) + " has its own store method"}
 	}
 	res, err := state.Transition(p.From, p.Event)
 	if err != nil {
-		return res, err
+		return res, time.Time{}, err
 	}
 	now := p.Now.UTC().Truncate(store.Resolution)
 	if p.Now.IsZero() {
 		now = s.clock()
 	}
-	var (
-		cur        string
-		leaseOwner string
-		leaseUntil *time.Time
-	)
-	// The row lock holds off every other writer of this row until commit.
-	err = tx.QueryRow(ctx, "SELECT state, lease_owner, lease_until FROM messages WHERE id = $1 FOR UPDATE", p.ID).
-		Scan(&cur, &leaseOwner, &leaseUntil)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return res, store.ErrNotFound
-	}
-	if err != nil {
-		return res, fmt.Errorf("postgres: transition: %w", err)
-	}
 	if state.State(cur) != p.From || (p.LeaseOwner != "" && leaseOwner != p.LeaseOwner) {
-		return res, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
+		return res, now, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
 	}
 	// A verdict on a sending row is only for one whose drain vanished: a
 	// live lease means a drain still owns the answer.
 	if p.Event.Kind == state.Resolve && cur == string(state.Sending) && leaseUntil != nil && leaseUntil.After(now) {
-		return res, fmt.Errorf("%w: message %s is leased by %s until %s", store.ErrLeaseLive, p.ID, leaseOwner,
+		return res, now, fmt.Errorf("%w: message %s is leased by %s until %s", store.ErrLeaseLive, p.ID, leaseOwner,
 			leaseUntil.UTC().Format(time.RFC3339))
 	}
+	return res, now, nil
+}
 
+// queueTransition queues the writes of one checked transition: the
+// conditional update (always first), the history row and the attempt.
+func queueTransition(b *pgx.Batch, p *store.TransitionParams, res state.Result, now time.Time) {
 	var set []string
 	var args []any
 	arg := func(v any) string {
@@ -505,26 +576,13 @@ func (s *Store) applyTransition(ctx context.Context, tx pgx.Tx, p *store.Transit
 	if p.LeaseOwner != "" {
 		q += " AND lease_owner = " + arg(p.LeaseOwner)
 	}
-	tag, err := tx.Exec(ctx, q, args...)
-	if err != nil {
-		return res, fmt.Errorf("postgres: transition: %w", err)
-	}
-	if n := tag.RowsAffected(); n != 1 {
-		// Under the row lock the row cannot have moved since the read;
-		// this is a database fault, not a lost race.
-		return res, fmt.Errorf("postgres: transition: message %s: %d rows changed", p.ID, n)
-	}
-	if _, err := tx.Exec(ctx, "INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
+	b.Queue(q, args...)
+	b.Queue("INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
 		"SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
-		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), res.Applied, p.Source, p.Detail, now); err != nil {
-		return res, fmt.Errorf("postgres: transition history: %w", err)
-	}
+		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), res.Applied, p.Source, p.Detail, now)
 	if a := p.Attempt; a != nil {
-		if _, err := tx.Exec(ctx, "INSERT INTO attempts ("+attemptCols+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+		b.Queue("INSERT INTO attempts ("+attemptCols+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
 			p.ID, a.Number, a.StartedAt.UTC().Truncate(store.Resolution), a.FinishedAt.UTC().Truncate(store.Resolution), a.Class, a.HTTPStatus, a.ProviderCode,
-			a.ProviderSubcode, a.RawError, a.Latency.Microseconds()); err != nil {
-			return res, fmt.Errorf("postgres: transition attempt: %w", err)
-		}
+			a.ProviderSubcode, a.RawError, a.Latency.Microseconds())
 	}
-	return res, nil
 }
