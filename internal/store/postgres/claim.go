@@ -48,6 +48,9 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	}
 	var claimed []store.Claimed
 	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
+		if err := indexPlans(ctx, tx); err != nil {
+			return fmt.Errorf("postgres: claim: %w", err)
+		}
 		if err := s.expireDue(ctx, tx, now); err != nil {
 			return err
 		}
@@ -189,26 +192,45 @@ func loadPace(ctx context.Context, tx pgx.Tx, cands []*store.Message, limits map
 	if len(ids) > 0 {
 		// Sorted, so two claims lock shared identities in one order.
 		sort.Strings(ids)
-		if _, err := tx.Exec(ctx, "INSERT INTO identity_pace (identity, next_at) SELECT i, $2 FROM unnest($1::text[]) AS i ORDER BY i "+
-			"ON CONFLICT (identity) DO NOTHING", ids, paceFloor); err != nil {
-			return nil, fmt.Errorf("postgres: claim pacing: %w", err)
-		}
-		rs, err := tx.Query(ctx, "SELECT identity, next_at FROM identity_pace WHERE identity = ANY($1::text[]) ORDER BY identity FOR UPDATE", ids)
-		if err != nil {
-			return nil, fmt.Errorf("postgres: claim pacing: %w", err)
-		}
-		for rs.Next() {
-			var id string
-			var next time.Time
-			if err := rs.Scan(&id, &next); err != nil {
-				rs.Close()
+		lock := func(ids []string) (found map[string]bool, err error) {
+			found = map[string]bool{}
+			rs, err := tx.Query(ctx, "SELECT identity, next_at FROM identity_pace WHERE identity = ANY($1::text[]) ORDER BY identity FOR UPDATE", ids)
+			if err != nil {
 				return nil, fmt.Errorf("postgres: claim pacing: %w", err)
 			}
-			pc.LoadIdentity(id, next.UTC())
+			defer rs.Close()
+			for rs.Next() {
+				var id string
+				var next time.Time
+				if err := rs.Scan(&id, &next); err != nil {
+					return nil, fmt.Errorf("postgres: claim pacing: %w", err)
+				}
+				pc.LoadIdentity(id, next.UTC())
+				found[id] = true
+			}
+			return found, rs.Err()
 		}
-		rs.Close()
-		if err := rs.Err(); err != nil {
-			return nil, fmt.Errorf("postgres: claim pacing: %w", err)
+		found, err := lock(ids)
+		if err != nil {
+			return nil, err
+		}
+		// Rows are created only the first time an identity is paced: an
+		// INSERT ... ON CONFLICT DO NOTHING on every claim measured 36 ms
+		// against the existing row, most of a claim's time.
+		var missing []string
+		for _, id := range ids {
+			if !found[id] {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 {
+			if _, err := tx.Exec(ctx, "INSERT INTO identity_pace (identity, next_at) SELECT i, $2 FROM unnest($1::text[]) AS i ORDER BY i "+
+				"ON CONFLICT (identity) DO NOTHING", missing, paceFloor); err != nil {
+				return nil, fmt.Errorf("postgres: claim pacing: %w", err)
+			}
+			if _, err := lock(missing); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if len(pairs) > 0 {
@@ -264,4 +286,16 @@ func savePace(ctx context.Context, tx pgx.Tx, pc *store.Pacer) error {
 		}
 	}
 	return nil
+}
+
+// indexPlans steers the claim's planner to messages_due. A queue fills and
+// drains faster than autovacuum re-analyses it: with statistics from when
+// the table was empty, the planner reads every due row and sorts them (56
+// ms a claim over 20,000 rows, against under 1 ms reading messages_due in
+// order). The claim's best plan never changes, so say so. (Turning off
+// sequential scans as well made claims far slower: the small tables'
+// scans are the right plans.)
+func indexPlans(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off")
+	return err
 }
