@@ -572,10 +572,12 @@ func queueTransition(b *pgx.Batch, p *store.TransitionParams, res state.Result, 
 	if p.Resolution != "" {
 		set = append(set, "resolution = "+arg(p.Resolution))
 	}
-	q := "UPDATE messages SET " + strings.Join(set, ", ") + " WHERE id = " + arg(p.ID) + " AND state = " + arg(string(p.From))
-	if p.LeaseOwner != "" {
-		q += " AND lease_owner = " + arg(p.LeaseOwner)
-	}
+	// By id alone: the row was locked FOR UPDATE and its state and lease
+	// checked (checkTransition) in this transaction, and the caller
+	// confirms one row changed. A state condition here can match a partial
+	// index's predicate, which stale statistics then make the planner scan
+	// whole instead of using the key.
+	q := "UPDATE messages SET " + strings.Join(set, ", ") + " WHERE id = " + arg(p.ID)
 	b.Queue(q, args...)
 	b.Queue("INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
 		"SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
