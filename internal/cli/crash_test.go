@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,6 +14,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/sqlite"
 )
 
 // serveSim starts `msgq sim serve` as its own process and returns its URL.
@@ -64,8 +69,9 @@ type row struct {
 
 // msgqEnv runs msgq commands against one store and config.
 type msgqEnv struct {
-	t   *testing.T
-	env []string
+	t         *testing.T
+	env       []string
+	storePath string // the SQLite file, when the test set one
 }
 
 func (e *msgqEnv) cmd(args ...string) *exec.Cmd {
@@ -104,7 +110,7 @@ func setupDrainEnv(t *testing.T, identity string, n int) *msgqEnv {
 		t.Fatal(err)
 	}
 	e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=sqlite:" + filepath.Join(dir, "q.db"),
-		"MSGQ_TEST_TOKEN=test-token"}}
+		"MSGQ_TEST_TOKEN=test-token"}, storePath: filepath.Join(dir, "q.db")}
 	var lines strings.Builder
 	for i := range n {
 		fmt.Fprintf(&lines, `{"key":"crash-%04d","to":"+1555%07d","text":"hello %d"}`+"\n", i, i, i)
@@ -150,12 +156,31 @@ identities:
 `, provider, base), 300)
 
 	killed := 0
+	// The test reads the store itself to kill each drain while it has
+	// calls in flight: a fixed delay would, on a loaded machine, kill a
+	// drain that had not started claiming yet.
+	st, err := sqlite.Open(context.Background(), e.storePath, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	inFlight := func() int {
+		ms, err := st.MessageList(context.Background(), &store.ListParams{State: state.Sending, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ms)
+	}
 	for round := range 5 {
+		before := inFlight()
 		d := e.cmd("drain", "--follow", "--concurrency", "16")
 		if err := d.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Duration(150+40*round) * time.Millisecond)
+		for deadline := time.Now().Add(20 * time.Second); inFlight() <= before && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(10*round) * time.Millisecond)
 		if err := d.Process.Signal(syscall.SIGKILL); err == nil {
 			killed++
 		}
