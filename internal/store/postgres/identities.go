@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/msgq/msgq/internal/store"
@@ -40,13 +39,7 @@ func (s *Store) IdentityResume(ctx context.Context, name string) error {
 
 // IdentityStates lists known identities with their queue counts.
 func (s *Store) IdentityStates(ctx context.Context) ([]store.IdentityState, error) {
-	byName := map[string]*store.IdentityState{}
-	get := func(n string) *store.IdentityState {
-		if byName[n] == nil {
-			byName[n] = &store.IdentityState{Name: n}
-		}
-		return byName[n]
-	}
+	tally := store.IdentityTally{}
 	rs, err := s.pool.Query(ctx, "SELECT name, paused, paused_reason, paused_at FROM identities")
 	if err != nil {
 		return nil, fmt.Errorf("postgres: identities: %w", err)
@@ -59,8 +52,7 @@ func (s *Store) IdentityStates(ctx context.Context) ([]store.IdentityState, erro
 			rs.Close()
 			return nil, fmt.Errorf("postgres: identities: %w", err)
 		}
-		st := get(name)
-		st.Paused, st.Reason, st.PausedAt = paused, reason, utcPtr(at)
+		tally.Pause(name, paused, reason, utcPtr(at))
 	}
 	rs.Close()
 	if err := rs.Err(); err != nil {
@@ -77,24 +69,12 @@ func (s *Store) IdentityStates(ctx context.Context) ([]store.IdentityState, erro
 		if err := rs.Scan(&name, &st, &n); err != nil {
 			return nil, fmt.Errorf("postgres: identities: %w", err)
 		}
-		switch is := get(name); st {
-		case "queued":
-			is.Queued = n
-		case "sending":
-			is.Sending = n
-		case "unknown":
-			is.Unknown = n
-		}
+		tally.Count(name, st, n)
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: identities: %w", err)
 	}
-	out := make([]store.IdentityState, 0, len(byName))
-	for _, st := range byName {
-		out = append(out, *st)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return tally.States(), nil
 }
 
 // PaceDefer moves a pacing slot later, never earlier.

@@ -68,7 +68,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 			results[i].Err = err
 			continue
 		}
-		m := s.newMessage(&p, now)
+		m := store.NewMessage(&p, s.ids.New(now), now)
 		rows = append(rows, pending{idx: i, msg: m, hash: m.BodyHash})
 	}
 	if len(rows) == 0 {
@@ -176,33 +176,6 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		return nil, err
 	}
 	return results, nil
-}
-
-// newMessage is the row an enqueue creates, before it is written.
-func (s *Store) newMessage(p *store.EnqueueParams, now time.Time) *store.Message {
-	res, err := state.Transition(state.None, state.Event{Kind: state.Enqueue})
-	if err != nil {
-		panic(err) // the machine always admits a new row
-	}
-	next := now
-	if p.NotBefore.After(now) {
-		next = p.NotBefore.UTC().Truncate(store.Resolution)
-	}
-	var exp *time.Time
-	if !p.ExpiresAt.IsZero() {
-		e := p.ExpiresAt.UTC().Truncate(store.Resolution)
-		exp = &e
-	}
-	payload := p.Payload
-	if len(payload.Params) == 0 {
-		payload.Params = nil
-	}
-	return &store.Message{
-		ID: s.newID(now), Tenant: p.Tenant, Key: p.Key, BodyHash: p.BodyHash(), To: p.To,
-		Channel: p.Channel, Identity: p.Identity, Purpose: p.Purpose, TriggerRef: p.TriggerRef,
-		Lane: p.Lane, Payload: &payload, State: res.To, NextAttemptAt: next, ExpiresAt: exp,
-		ResendOf: p.ResendOf, CreatedAt: now, UpdatedAt: now,
-	}
 }
 
 func scanMessage(row pgx.Row) (*store.Message, error) {

@@ -6,21 +6,14 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/oklog/ulid/v2"
 
 	"github.com/msgq/msgq/internal/store"
 )
@@ -33,8 +26,7 @@ type Store struct {
 	pool *pgxpool.Pool
 	now  func() time.Time
 
-	idMu    sync.Mutex
-	entropy *ulid.MonotonicEntropy
+	ids *store.IDs
 }
 
 var _ store.Store = (*Store)(nil)
@@ -70,7 +62,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	s := &Store{pool: pool, now: opts.Now, entropy: ulid.Monotonic(rand.Reader, 0)}
+	s := &Store{pool: pool, now: opts.Now, ids: store.NewIDs()}
 	if !opts.NoMigrate {
 		if _, err := s.Migrate(ctx); err != nil {
 			s.Close()
@@ -110,44 +102,16 @@ func (s *Store) Close() error {
 	return nil
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	ents, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range ents {
-		n, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(n)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("postgres: migration %s: name must start with a version number", e.Name())
-		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{v, e.Name(), string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
-
 // Migrate applies pending migrations in one transaction that holds a
 // transaction-scoped advisory lock (keyed by the schema), so concurrent
 // processes apply each version once: the second waits, then finds the
 // versions recorded in schema_migrations.
 func (s *Store) Migrate(ctx context.Context) ([]int, error) {
-	ms, err := migrations()
+	ms, err := store.ParseMigrations(migrationFS, "migrations")
 	if err != nil {
 		return nil, err
 	}
-	latest := ms[len(ms)-1].version
+	latest := ms[len(ms)-1].Version
 
 	// Fast path: an up-to-date schema needs no lock.
 	var cur *int
@@ -191,16 +155,16 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	}
 	var applied []int
 	for _, m := range ms {
-		if done[m.version] {
+		if done[m.Version] {
 			continue
 		}
-		if _, err := tx.Exec(ctx, m.sql); err != nil {
-			return nil, fmt.Errorf("postgres: migration %s: %w", m.name, err)
+		if _, err := tx.Exec(ctx, m.SQL); err != nil {
+			return nil, fmt.Errorf("postgres: migration %s: %w", m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", m.version, s.clock()); err != nil {
-			return nil, fmt.Errorf("postgres: migration %s: %w", m.name, err)
+		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", m.Version, s.clock()); err != nil {
+			return nil, fmt.Errorf("postgres: migration %s: %w", m.Name, err)
 		}
-		applied = append(applied, m.version)
+		applied = append(applied, m.Version)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: migrate: commit: %w", err)
@@ -209,14 +173,6 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 }
 
 func (s *Store) clock() time.Time { return s.now().UTC().Truncate(store.Resolution) }
-
-// newID is a ULID on the store's clock, from the store's own monotonic
-// entropy, so ids made by one handle sort in creation order.
-func (s *Store) newID(now time.Time) string {
-	s.idMu.Lock()
-	defer s.idMu.Unlock()
-	return ulid.MustNew(ulid.Timestamp(now), s.entropy).String()
-}
 
 // ts converts a time for a timestamptz column (NULL for the zero time).
 func ts(t time.Time) any {

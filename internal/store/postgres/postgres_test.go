@@ -89,7 +89,7 @@ func TestConcurrentMigrationsApplyEachVersionOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	schema := freshSchema(t, url)
-	ms, err := migrations()
+	ms, err := store.ParseMigrations(migrationFS, "migrations")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestConcurrentMigrationsApplyEachVersionOnce(t *testing.T) {
 		t.Fatalf("concurrent migrations applied %v in all; want each of %d versions once", all, len(ms))
 	}
 	for i, v := range all {
-		if v != ms[i].version {
+		if v != ms[i].Version {
 			t.Fatalf("concurrent migrations applied %v in all; want each version once", all)
 		}
 	}

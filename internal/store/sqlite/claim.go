@@ -18,24 +18,10 @@ const expireBatch = 500
 // MessageClaim leases due rows in one immediate (write-locked) transaction:
 // SQLite has one writer, so two drains never see the same queued row.
 func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store.Claimed, error) {
-	switch {
-	case p.Owner == "":
-		return nil, &store.InvalidError{Field: "owner", Msg: "is required"}
-	case p.LeaseFor <= 0:
-		return nil, &store.InvalidError{Field: "lease", Msg: "must be positive"}
-	case p.Limit <= 0:
-		return nil, &store.InvalidError{Field: "limit", Msg: "must be positive"}
-	case p.Lane != "" && p.Lane != store.LaneReply && p.Lane != store.LaneBulk:
-		return nil, &store.InvalidError{Field: "lane", Msg: fmt.Sprintf("must be reply or bulk (got %q)", p.Lane)}
+	if err := p.Validate(); err != nil {
+		return nil, err
 	}
-	now := p.Now.UTC().Truncate(store.Resolution)
-	if p.Now.IsZero() {
-		now = s.clock()
-	}
-	horizon := p.Horizon
-	if horizon <= 0 {
-		horizon = time.Second
-	}
+	now, horizon := p.Window(s.now)
 
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {

@@ -5,7 +5,6 @@ package sqlite
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"embed"
 	"errors"
@@ -14,13 +13,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/oklog/ulid/v2"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/msgq/msgq/internal/store"
@@ -42,8 +37,7 @@ type Store struct {
 	mu    sync.Mutex
 	stmts map[string]*sql.Stmt // prepared once on w, keyed by statement shape
 
-	idMu    sync.Mutex
-	entropy *ulid.MonotonicEntropy
+	ids *store.IDs
 }
 
 var _ store.Store = (*Store)(nil)
@@ -111,7 +105,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	r.SetMaxOpenConns(4)
 	r.SetMaxIdleConns(4)
 
-	s := &Store{w: w, r: r, now: opts.Now, stmts: map[string]*sql.Stmt{}, entropy: ulid.Monotonic(rand.Reader, 0)}
+	s := &Store{w: w, r: r, now: opts.Now, stmts: map[string]*sql.Stmt{}, ids: store.NewIDs()}
 	if err := s.persistWAL(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -187,44 +181,16 @@ func (s *Store) Close() error {
 	return errors.Join(s.w.Close(), rerr)
 }
 
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	ents, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range ents {
-		n, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(n)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("sqlite: migration %s: name must start with a version number", e.Name())
-		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{v, e.Name(), string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
-
 // Migrate applies pending migrations, each in its own immediate transaction
 // that re-reads the version under the write lock, so concurrent processes
 // apply each migration once. The version lives in PRAGMA user_version:
 // reading it costs no table lookup on the hot path of every command.
 func (s *Store) Migrate(ctx context.Context) ([]int, error) {
-	ms, err := migrations()
+	ms, err := store.ParseMigrations(migrationFS, "migrations")
 	if err != nil {
 		return nil, err
 	}
-	latest := ms[len(ms)-1].version
+	latest := ms[len(ms)-1].Version
 	var cur int
 	if err := s.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&cur); err != nil {
 		return nil, fmt.Errorf("sqlite: read schema version: %w", err)
@@ -242,34 +208,34 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 			return applied, err
 		}
 		if ok {
-			applied = append(applied, m.version)
+			applied = append(applied, m.Version)
 		}
 	}
 	return applied, nil
 }
 
-func (s *Store) applyMigration(ctx context.Context, m migration) (bool, error) {
+func (s *Store) applyMigration(ctx context.Context, m store.Migration) (bool, error) {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return false, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+		return false, fmt.Errorf("sqlite: migration %s: %w", m.Name, err)
 	}
 	defer tx.Rollback()
 	var cur int
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&cur); err != nil {
-		return false, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+		return false, fmt.Errorf("sqlite: migration %s: %w", m.Name, err)
 	}
-	if cur >= m.version {
+	if cur >= m.Version {
 		return false, nil
 	}
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-		return false, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+		return false, fmt.Errorf("sqlite: migration %s: %w", m.Name, err)
 	}
 	// PRAGMA takes no bound parameters; the version is our own integer.
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.version)); err != nil {
-		return false, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", m.Version)); err != nil {
+		return false, fmt.Errorf("sqlite: migration %s: %w", m.Name, err)
 	}
 	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("sqlite: migration %s: %w", m.name, err)
+		return false, fmt.Errorf("sqlite: migration %s: %w", m.Name, err)
 	}
 	return true, nil
 }
@@ -314,16 +280,6 @@ func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 }
 
 func (s *Store) clock() time.Time { return s.now().UTC().Truncate(store.Resolution) }
-
-// newID is a ULID on the store's clock, so ids sort as rows were created.
-// The entropy is the store's own and monotonic: ids made in one
-// millisecond by this handle still sort in creation order (a process-wide
-// source would be re-seeded by other handles' calls in between).
-func (s *Store) newID(now time.Time) string {
-	s.idMu.Lock()
-	defer s.idMu.Unlock()
-	return ulid.MustNew(ulid.Timestamp(now), s.entropy).String()
-}
 
 func micros(t time.Time) int64 { return t.UnixMicro() }
 

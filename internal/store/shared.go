@@ -1,0 +1,176 @@
+package store
+
+import (
+	"crypto/rand"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/msgq/msgq/internal/state"
+)
+
+// This file holds what every store implementation does the same way, so
+// that the SQLite and PostgreSQL stores differ only in their SQL.
+
+// IDs makes message ids: ULIDs on the store's clock, so ids sort as rows
+// were created. The entropy is the generator's own and monotonic: ids made
+// in one millisecond by one store handle still sort in creation order (a
+// process-wide source would be re-seeded by other handles' calls).
+type IDs struct {
+	mu      sync.Mutex
+	entropy *ulid.MonotonicEntropy
+}
+
+// NewIDs returns a generator for one store handle.
+func NewIDs() *IDs { return &IDs{entropy: ulid.Monotonic(rand.Reader, 0)} }
+
+// New returns the next id at time now.
+func (g *IDs) New(now time.Time) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return ulid.MustNew(ulid.Timestamp(now), g.entropy).String()
+}
+
+// NewMessage is the row an enqueue of p creates at now, before it is
+// written: queued (through the state machine), scheduled at not_before or
+// now, times at the stores' resolution.
+func NewMessage(p *EnqueueParams, id string, now time.Time) *Message {
+	res, err := state.Transition(state.None, state.Event{Kind: state.Enqueue})
+	if err != nil {
+		panic(err) // the machine always admits a new row
+	}
+	next := now
+	if p.NotBefore.After(now) {
+		next = p.NotBefore.UTC().Truncate(Resolution)
+	}
+	var exp *time.Time
+	if !p.ExpiresAt.IsZero() {
+		e := p.ExpiresAt.UTC().Truncate(Resolution)
+		exp = &e
+	}
+	payload := p.Payload
+	if len(payload.Params) == 0 {
+		payload.Params = nil
+	}
+	return &Message{
+		ID: id, Tenant: p.Tenant, Key: p.Key, BodyHash: p.BodyHash(), To: p.To,
+		Channel: p.Channel, Identity: p.Identity, Purpose: p.Purpose, TriggerRef: p.TriggerRef,
+		Lane: p.Lane, Payload: &payload, State: res.To, NextAttemptAt: next, ExpiresAt: exp,
+		ResendOf: p.ResendOf, CreatedAt: now, UpdatedAt: now,
+	}
+}
+
+// DefaultHorizon is how far ahead a pacing slot may lie for a claim to
+// take the row, when ClaimParams.Horizon is zero.
+const DefaultHorizon = time.Second
+
+// Validate checks p as every store's MessageClaim does. Errors are
+// *InvalidError.
+func (p *ClaimParams) Validate() error {
+	switch {
+	case p.Owner == "":
+		return &InvalidError{Field: "owner", Msg: "is required"}
+	case p.LeaseFor <= 0:
+		return &InvalidError{Field: "lease", Msg: "must be positive"}
+	case p.Limit <= 0:
+		return &InvalidError{Field: "limit", Msg: "must be positive"}
+	case p.Lane != "" && p.Lane != LaneReply && p.Lane != LaneBulk:
+		return &InvalidError{Field: "lane", Msg: fmt.Sprintf("must be reply or bulk (got %q)", p.Lane)}
+	}
+	return nil
+}
+
+// Window returns the claim's time (p.Now, else clock) at the stores'
+// resolution, and its slot horizon.
+func (p *ClaimParams) Window(clock func() time.Time) (now time.Time, horizon time.Duration) {
+	now = p.Now
+	if now.IsZero() {
+		now = clock()
+	}
+	horizon = p.Horizon
+	if horizon <= 0 {
+		horizon = DefaultHorizon
+	}
+	return now.UTC().Truncate(Resolution), horizon
+}
+
+// IdentityTally gathers IdentityStates from a store's two reads: the
+// pause records and the counts of in-flight states.
+type IdentityTally map[string]*IdentityState
+
+func (t IdentityTally) get(name string) *IdentityState {
+	if t[name] == nil {
+		t[name] = &IdentityState{Name: name}
+	}
+	return t[name]
+}
+
+// Pause records an identity's pause state.
+func (t IdentityTally) Pause(name string, paused bool, reason string, at *time.Time) {
+	st := t.get(name)
+	st.Paused, st.Reason, st.PausedAt = paused, reason, at
+}
+
+// Count records how many of an identity's rows are in a state (queued,
+// sending and unknown are kept; others are ignored).
+func (t IdentityTally) Count(name, st string, n int) {
+	switch is := t.get(name); state.State(st) {
+	case state.Queued:
+		is.Queued = n
+	case state.Sending:
+		is.Sending = n
+	case state.Unknown:
+		is.Unknown = n
+	}
+}
+
+// States returns the tally by name.
+func (t IdentityTally) States() []IdentityState {
+	out := make([]IdentityState, 0, len(t))
+	for _, st := range t {
+		out = append(out, *st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Migration is one versioned schema change, embedded in a store.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string
+}
+
+// ParseMigrations reads dir of fsys: files named VERSION_description.sql,
+// returned in version order.
+func ParseMigrations(fsys fs.FS, dir string) ([]Migration, error) {
+	ents, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	var ms []Migration
+	for _, e := range ents {
+		n, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %s: name must start with a version number", e.Name())
+		}
+		b, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, Migration{v, e.Name(), string(b)})
+	}
+	if len(ms) == 0 {
+		return nil, fmt.Errorf("no migrations in %s", dir)
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
+	return ms, nil
+}
