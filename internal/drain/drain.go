@@ -160,10 +160,11 @@ type drainer struct {
 	sum Summary
 }
 
-// outcome is one call's result on its way to the store.
+// outcome is one call's result on its way to the store; the recorder
+// calls finish with what the store made of it.
 type outcome struct {
-	p    store.TransitionParams
-	done chan store.TransitionResult
+	p      store.TransitionParams
+	finish func(store.TransitionResult)
 }
 
 // maxOutcomeBatch bounds one outcome transaction.
@@ -193,9 +194,9 @@ func (d *drainer) recorder(wg *sync.WaitGroup) {
 		res, err := d.writeOutcomes(params)
 		for i, o := range batch {
 			if err != nil {
-				o.done <- store.TransitionResult{Err: err}
+				o.finish(store.TransitionResult{Err: err})
 			} else {
-				o.done <- res[i]
+				o.finish(res[i])
 			}
 		}
 	}
@@ -244,7 +245,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	})
 	defer stopGrace()
 
-	d.outcomes = make(chan *outcome, cfg.Concurrency)
+	// A call's slot is free once its outcome is handed to the recorder,
+	// so claims and calls go on while a batch commits. The channel bounds
+	// how many outcomes may wait: when it is full, calls wait for it.
+	d.outcomes = make(chan *outcome, max(cfg.Concurrency, maxOutcomeBatch))
 	var recWG sync.WaitGroup
 	recWG.Add(1)
 	go d.recorder(&recWG)
@@ -502,9 +506,11 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 			HTTPStatus: res.HTTPStatus, ProviderCode: res.Code, ProviderSubcode: res.Subcode, RawError: res.RawError,
 			Latency: finished.Sub(started)}
 	}
-	o := &outcome{p: *p, done: make(chan store.TransitionResult, 1)}
-	d.outcomes <- o
-	r := <-o.done
+	d.outcomes <- &outcome{p: *p, finish: func(r store.TransitionResult) { d.recorded(log, res, dec, r) }}
+}
+
+// recorded logs and counts what the store made of one outcome.
+func (d *drainer) recorded(log *slog.Logger, res provider.Result, dec retry.Decision, r store.TransitionResult) {
 	err := r.Err
 	switch {
 	case errors.Is(err, store.ErrStale):

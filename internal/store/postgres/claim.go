@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -26,39 +27,28 @@ var paceFloor = time.Unix(0, 0).UTC()
 // FOR UPDATE SKIP LOCKED, so concurrent drains take disjoint rows without
 // waiting for each other; the identity_pace rows of paced identities are
 // locked FOR UPDATE, which serialises the claims of one paced identity
-// (the shared rate needs that) and nothing else.
+// (the shared rate needs that) and nothing else. A claim with no limits
+// to keep is one statement (claimUnpaced).
 func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store.Claimed, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	now, horizon := p.Window(s.now)
+	if unpaced(p.Pacing) {
+		return s.claimUnpaced(ctx, p, now, horizon)
+	}
 	var claimed []store.Claimed
 	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
-		if err := indexPlans(ctx, tx); err != nil {
+		b := &pgx.Batch{}
+		queueClaimPrelude(b, now)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("postgres: claim: %w", err)
 		}
-		if err := s.expireDue(ctx, tx, now); err != nil {
-			return err
-		}
-		// Rows whose recipient has no slot within the horizon are left out
-		// here, not after the LIMIT: a recipient with a long queue must not
-		// starve everyone behind it.
-		where := []string{"state = 'queued'", "next_attempt_at <= $1", "(expires_at IS NULL OR expires_at > $1)",
-			"identity NOT IN (SELECT name FROM identities WHERE paused)",
-			"NOT EXISTS (SELECT 1 FROM recipient_pace rp WHERE rp.identity = messages.identity AND rp.recipient = messages.recipient AND rp.next_at >= $2)"}
-		args := []any{now, now.Add(horizon)}
-		if p.Lane != "" {
-			args = append(args, p.Lane)
-			where = append(where, "lane = $"+strconv.Itoa(len(args)))
-		}
-		if len(p.Identities) > 0 {
-			args = append(args, p.Identities)
-			where = append(where, "identity = ANY($"+strconv.Itoa(len(args))+"::text[])")
-		}
+		where, args := claimWhere(p, now, horizon)
 		// Over-fetch: pacing may pass over some candidates (a recipient
 		// messaged moments ago) in favour of later ones.
 		args = append(args, p.Limit*4+16)
-		rs, err := tx.Query(ctx, "SELECT "+messageCols+" FROM messages WHERE "+strings.Join(where, " AND ")+
+		rs, err := tx.Query(ctx, "SELECT "+messageCols+" FROM messages WHERE "+where+
 			" ORDER BY lane DESC, next_attempt_at, id LIMIT $"+strconv.Itoa(len(args))+" FOR UPDATE SKIP LOCKED", args...)
 		if err != nil {
 			return fmt.Errorf("postgres: claim: %w", err)
@@ -126,54 +116,187 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	return claimed, nil
 }
 
-// expireDue ends queued rows whose deadline has passed. A row none of
-// whose calls can have gone out fails as expired; one whose earlier call
-// may have (maybe_sent) becomes unknown, for a person to decide. Rows
-// another transaction holds are left for a later claim.
-func (s *Store) expireDue(ctx context.Context, tx pgx.Tx, now time.Time) error {
-	rs, err := tx.Query(ctx, "SELECT id, maybe_sent FROM messages WHERE state = 'queued' "+
-		"AND expires_at IS NOT NULL AND expires_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED", now, expireBatch)
-	if err != nil {
-		return fmt.Errorf("postgres: expire: %w", err)
-	}
-	type due struct {
-		id        string
-		maybeSent bool
-	}
-	var rows []due
-	for rs.Next() {
-		var d due
-		if err := rs.Scan(&d.id, &d.maybeSent); err != nil {
-			rs.Close()
-			return fmt.Errorf("postgres: expire: %w", err)
-		}
-		rows = append(rows, d)
-	}
-	rs.Close()
-	if err := rs.Err(); err != nil {
-		return fmt.Errorf("postgres: expire: %w", err)
-	}
-	for _, d := range rows {
-		ev, detail := state.Event{Kind: state.Fail, Reason: state.Expired}, "deadline passed before it could be sent"
-		if d.maybeSent {
-			ev, detail = state.Event{Kind: state.Abandon}, "deadline passed; an earlier call may have reached the phone"
-		}
-		res, err := state.Transition(state.Queued, ev)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "UPDATE messages SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state = 'queued'",
-			string(res.To), string(res.Reason), now, d.id); err != nil {
-			return fmt.Errorf("postgres: expire: %w", err)
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
-			"SELECT $1, $2, $3, $4, $5, true, $6, $7, $8, coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
-			d.id, string(state.Queued), string(res.To), string(res.Reason), ev.String(), store.SourceDrain, detail, now); err != nil {
-			return fmt.Errorf("postgres: expire history: %w", err)
+// unpaced says no identity of a claim has a configured limit, so no slot
+// needs reserving: the claim only reads the slots a rate limit's deferral
+// left (PaceDefer), which needs no lock.
+func unpaced(limits map[string]store.Pacing) bool {
+	for _, l := range limits {
+		if l.Spacing > 0 || l.PerRecipient > 0 {
+			return false
 		}
 	}
-	return nil
+	return true
 }
+
+// claimWhere is what makes a row claimable: due, queued, in a deadline,
+// its identity not paused, and its recipient (PaceDefer, or a paced claim)
+// not held beyond the horizon. Rows held back are left out here, not
+// after the LIMIT: a recipient with a long queue must not starve everyone
+// behind it. $1 is now and $2 the horizon's end.
+func claimWhere(p *store.ClaimParams, now time.Time, horizon time.Duration) (string, []any) {
+	where := []string{"state = 'queued'", "next_attempt_at <= $1", "(expires_at IS NULL OR expires_at > $1)",
+		"identity NOT IN (SELECT name FROM identities WHERE paused)",
+		"NOT EXISTS (SELECT 1 FROM recipient_pace rp WHERE rp.identity = messages.identity AND rp.recipient = messages.recipient AND rp.next_at >= $2)"}
+	args := []any{now, now.Add(horizon)}
+	if p.Lane != "" {
+		args = append(args, p.Lane)
+		where = append(where, "lane = $"+strconv.Itoa(len(args)))
+	}
+	if len(p.Identities) > 0 {
+		args = append(args, p.Identities)
+		where = append(where, "identity = ANY($"+strconv.Itoa(len(args))+"::text[])")
+	}
+	return strings.Join(where, " AND "), args
+}
+
+// queueClaimPrelude queues what every claim does first: steer the planner
+// to messages_due, and end the queued rows whose deadline has passed.
+//
+// A queue fills and drains faster than autovacuum re-analyses it: with
+// statistics from when the table was empty, the planner reads every due
+// row and sorts them (56 ms a claim over 20,000 rows, against under 1 ms
+// reading messages_due in order). The claim's best plan never changes, so
+// say so. (Turning off sequential scans as well made claims far slower:
+// the small tables' scans are the right plans.)
+func queueClaimPrelude(b *pgx.Batch, now time.Time) {
+	b.Queue("SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)")
+	expired, err1 := state.Transition(state.Queued, state.Event{Kind: state.Fail, Reason: state.Expired})
+	abandoned, err2 := state.Transition(state.Queued, state.Event{Kind: state.Abandon})
+	if err := errors.Join(err1, err2); err != nil {
+		panic(err) // the machine's own table: covered by its tests
+	}
+	b.Queue(expireSQL, now, expireBatch,
+		string(expired.To), string(expired.Reason), state.Event{Kind: state.Fail, Reason: state.Expired}.String(),
+		string(abandoned.To), string(abandoned.Reason), state.Event{Kind: state.Abandon}.String(), store.SourceDrain)
+}
+
+// expireSQL ends queued rows whose deadline has passed, with their history
+// rows, in one statement: a row none of whose calls can have gone out
+// fails as expired; one whose earlier call may have (maybe_sent) becomes
+// unknown, for a person to decide. The transitions' results are computed
+// by the state machine and passed in. Rows another transaction holds are
+// left for a later claim.
+const expireSQL = `WITH e AS (
+	SELECT id, maybe_sent FROM messages WHERE state = 'queued' AND expires_at IS NOT NULL AND expires_at <= $1
+	LIMIT $2 FOR UPDATE SKIP LOCKED
+), u AS (
+	UPDATE messages m SET
+		state = CASE WHEN e.maybe_sent THEN $6 ELSE $3 END,
+		reason = CASE WHEN e.maybe_sent THEN $7 ELSE $4 END,
+		updated_at = $1
+	FROM e WHERE m.id = e.id
+	RETURNING m.id, e.maybe_sent
+)
+INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
+SELECT u.id, 'queued',
+	CASE WHEN u.maybe_sent THEN $6 ELSE $3 END,
+	CASE WHEN u.maybe_sent THEN $7 ELSE $4 END,
+	CASE WHEN u.maybe_sent THEN $8 ELSE $5 END,
+	true, $9,
+	CASE WHEN u.maybe_sent THEN 'deadline passed; an earlier call may have reached the phone'
+		ELSE 'deadline passed before it could be sent' END,
+	$1, (SELECT coalesce(max(h.seq), 0) + 1 FROM history h WHERE h.message_id = u.id)
+FROM u`
+
+// claimUnpaced is a claim that reserves no slots: one statement selects
+// (SKIP LOCKED), leases and writes the history of the rows, and returns
+// each with the slot a deferral may have left (the later of its
+// identity's and its recipient's).
+func (s *Store) claimUnpaced(ctx context.Context, p *store.ClaimParams, now time.Time, horizon time.Duration) ([]store.Claimed, error) {
+	res, err := state.Transition(state.Queued, state.Event{Kind: state.Claim})
+	if err != nil {
+		return nil, err
+	}
+	until := now.Add(p.LeaseFor).Truncate(store.Resolution)
+	where, args := claimWhere(p, now, horizon)
+	where += " AND identity NOT IN (SELECT identity FROM identity_pace WHERE next_at >= $2)"
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	q := `WITH c AS (
+	SELECT id FROM messages WHERE ` + where + `
+	ORDER BY lane DESC, next_attempt_at, id LIMIT ` + arg(p.Limit) + ` FOR UPDATE SKIP LOCKED
+), u AS (
+	UPDATE messages m SET state = ` + arg(string(res.To)) + `, lease_owner = ` + arg(p.Owner) + `, lease_until = ` + arg(until) + `,
+		attempts = m.attempts + 1, updated_at = $1
+	FROM c WHERE m.id = c.id
+	RETURNING m.*
+), h AS (
+	INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
+	SELECT u.id, ` + arg(string(state.Queued)) + `, u.state, '', ` + arg(string(state.Claim)) + `, true, ` + arg(store.SourceDrain) + `, ` + arg("lease "+p.Owner) + `, $1,
+		(SELECT coalesce(max(hh.seq), 0) + 1 FROM history hh WHERE hh.message_id = u.id)
+	FROM u
+)
+SELECT ` + prefixed("u.", messageCols) + `, greatest($1, ip.next_at, rp.next_at)
+FROM u LEFT JOIN identity_pace ip ON ip.identity = u.identity
+	LEFT JOIN recipient_pace rp ON rp.identity = u.identity AND rp.recipient = u.recipient`
+	var claimed []store.Claimed
+	err = s.inTx(ctx, "claim", func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		queueClaimPrelude(b, now)
+		b.Queue(q, args...)
+		br := tx.SendBatch(ctx, b)
+		defer br.Close()
+		for range 2 {
+			if _, err := br.Exec(); err != nil {
+				return fmt.Errorf("postgres: claim: %w", err)
+			}
+		}
+		rs, err := br.Query()
+		if err != nil {
+			return fmt.Errorf("postgres: claim: %w", err)
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var slot time.Time
+			m, err := scanMessage(withExtra(rs, &slot))
+			if err != nil {
+				return fmt.Errorf("postgres: claim: %w", err)
+			}
+			claimed = append(claimed, store.Claimed{Message: *m, SlotAt: slot.UTC()})
+		}
+		if err := rs.Err(); err != nil {
+			return fmt.Errorf("postgres: claim: %w", err)
+		}
+		rs.Close()
+		return br.Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING has no order: hand rows out as the index gave them.
+	sort.Slice(claimed, func(i, j int) bool {
+		a, b := &claimed[i].Message, &claimed[j].Message
+		if a.Lane != b.Lane {
+			return a.Lane > b.Lane
+		}
+		if !a.NextAttemptAt.Equal(b.NextAttemptAt) {
+			return a.NextAttemptAt.Before(b.NextAttemptAt)
+		}
+		return a.ID < b.ID
+	})
+	return claimed, nil
+}
+
+// prefixed qualifies each column of a column list.
+func prefixed(prefix, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = prefix + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// withExtra scans a row's message columns and then extra trailing ones.
+func withExtra(row pgx.Row, extra ...any) pgx.Row { return extraRow{row, extra} }
+
+type extraRow struct {
+	pgx.Row
+	extra []any
+}
+
+func (r extraRow) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
 
 // loadPace locks the identity slots a claim over cands needs (creating
 // missing rows so they can be locked) and reads the recipient slots.
@@ -277,16 +400,4 @@ func savePace(ctx context.Context, tx pgx.Tx, pc *store.Pacer) error {
 		}
 	}
 	return nil
-}
-
-// indexPlans steers the claim's planner to messages_due. A queue fills and
-// drains faster than autovacuum re-analyses it: with statistics from when
-// the table was empty, the planner reads every due row and sorts them (56
-// ms a claim over 20,000 rows, against under 1 ms reading messages_due in
-// order). The claim's best plan never changes, so say so. (Turning off
-// sequential scans as well made claims far slower: the small tables'
-// scans are the right plans.)
-func indexPlans(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_sort = off")
-	return err
 }

@@ -423,8 +423,9 @@ func (s *Store) transitionMany(ctx context.Context, tx pgx.Tx, ps []store.Transi
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("postgres: transition: %w", err)
 		}
-		b := &pgx.Batch{}
-		var updates []int // batch positions of the UPDATEs, to check each changed one row
+		var checked []checkedTransition
+		seen := make(map[string]bool, len(ps))
+		distinct := true
 		for i := range ps {
 			p := &ps[i]
 			r := cur[p.ID]
@@ -437,8 +438,9 @@ func (s *Store) transitionMany(ctx context.Context, tx pgx.Tx, ps []store.Transi
 				out[i].Err = err // every check failure is the item's own
 				continue
 			}
-			updates = append(updates, b.Len())
-			queueTransition(b, p, res, now)
+			checked = append(checked, checkedTransition{p: p, res: res, now: now})
+			distinct = distinct && !seen[p.ID]
+			seen[p.ID] = true
 			out[i].State = res.To
 			// Later items for the same row see this one's result.
 			if res.Applied {
@@ -448,8 +450,19 @@ func (s *Store) transitionMany(ctx context.Context, tx pgx.Tx, ps []store.Transi
 				}
 			}
 		}
-		if b.Len() == 0 {
+		if len(checked) == 0 {
 			return nil
+		}
+		if distinct {
+			return writeTransitions(ctx, tx, checked)
+		}
+		// One row twice in a batch: its writes must apply in order, one
+		// statement each.
+		b := &pgx.Batch{}
+		var updates []int // batch positions of the UPDATEs, to check each changed one row
+		for _, c := range checked {
+			updates = append(updates, b.Len())
+			queueTransition(b, c.p, c.res, c.now)
 		}
 		br := tx.SendBatch(ctx, b)
 		defer br.Close()
@@ -472,6 +485,105 @@ func (s *Store) transitionMany(ctx context.Context, tx pgx.Tx, ps []store.Transi
 		return nil, err
 	}
 	return out, nil
+}
+
+// checkedTransition is one item that passed checkTransition.
+type checkedTransition struct {
+	p   *store.TransitionParams
+	res state.Result
+	now time.Time
+}
+
+// updateTransitionsSQL applies a batch of checked transitions (distinct
+// rows) as one statement over column arrays: a statement per row cost more
+// than the rows' own work. Each column keeps its value unless the item
+// sets it, as queueTransition does item by item. By id alone, for the
+// reasons given there.
+const updateTransitionsSQL = `UPDATE messages m SET
+	updated_at = v.at,
+	state = CASE WHEN v.applied THEN v.to_state ELSE m.state END,
+	reason = CASE WHEN v.applied THEN v.reason ELSE m.reason END,
+	lease_owner = CASE WHEN v.clear_lease THEN '' ELSE m.lease_owner END,
+	lease_until = CASE WHEN v.clear_lease THEN NULL ELSE m.lease_until END,
+	next_attempt_at = coalesce(v.next_at, m.next_attempt_at),
+	provider_id = CASE WHEN v.provider_id <> '' THEN v.provider_id ELSE m.provider_id END,
+	maybe_sent = m.maybe_sent OR v.maybe_sent,
+	attempts = CASE WHEN v.no_call THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
+	last_error = CASE WHEN v.last_error <> '' THEN v.last_error ELSE m.last_error END,
+	resolution = CASE WHEN v.resolution <> '' THEN v.resolution ELSE m.resolution END
+FROM unnest($1::text[], $2::timestamptz[], $3::boolean[], $4::text[], $5::text[], $6::boolean[], $7::timestamptz[],
+	$8::text[], $9::boolean[], $10::boolean[], $11::text[], $12::text[])
+	AS v(id, at, applied, to_state, reason, clear_lease, next_at, provider_id, maybe_sent, no_call, last_error, resolution)
+WHERE m.id = v.id`
+
+const insertHistorySQL = `INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
+SELECT v.id, v.from_state, v.to_state, v.reason, v.event, v.applied, v.source, v.detail, v.at,
+	(SELECT coalesce(max(h.seq), 0) + 1 FROM history h WHERE h.message_id = v.id)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::text[], $8::text[], $9::timestamptz[])
+	AS v(id, from_state, to_state, reason, event, applied, source, detail, at)`
+
+const insertAttemptsSQL = `INSERT INTO attempts (` + attemptCols + `)
+SELECT * FROM unnest($1::text[], $2::integer[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::integer[],
+	$7::text[], $8::text[], $9::text[], $10::bigint[])`
+
+// writeTransitions writes checked transitions of distinct rows: three
+// statements, sent in one round trip, whatever the batch size.
+func writeTransitions(ctx context.Context, tx pgx.Tx, cs []checkedTransition) error {
+	n := len(cs)
+	var (
+		ids, toStates, reasons, providerIDs, lastErrors, resolutions = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		froms, events, sources, details                              = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		ats                                                          = make([]time.Time, n)
+		nexts                                                        = make([]*time.Time, n)
+		applied, clearLease, maybeSent, noCall                       = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
+
+		aIDs, aClass, aCode, aSubcode, aRaw = []string{}, []string{}, []string{}, []string{}, []string{}
+		aNum, aHTTP                         = []int32{}, []int32{}
+		aStart, aEnd                        = []time.Time{}, []time.Time{}
+		aLatency                            = []int64{}
+	)
+	for i, c := range cs {
+		p, res := c.p, c.res
+		ids[i], ats[i], applied[i], toStates[i], reasons[i] = p.ID, c.now, res.Applied, string(res.To), string(res.Reason)
+		clearLease[i] = res.Applied && res.To != state.Sending
+		if res.Applied && res.To == state.Queued {
+			next := p.NextAttemptAt.UTC().Truncate(store.Resolution)
+			if p.NextAttemptAt.IsZero() {
+				next = c.now
+			}
+			nexts[i] = &next
+		}
+		providerIDs[i], maybeSent[i], noCall[i], lastErrors[i], resolutions[i] = p.ProviderID, p.MaybeSent, p.NoCall, p.LastError, p.Resolution
+		froms[i], events[i], sources[i], details[i] = string(p.From), p.Event.String(), p.Source, p.Detail
+		if a := p.Attempt; a != nil {
+			aIDs, aNum = append(aIDs, p.ID), append(aNum, int32(a.Number))
+			aStart, aEnd = append(aStart, a.StartedAt.UTC().Truncate(store.Resolution)), append(aEnd, a.FinishedAt.UTC().Truncate(store.Resolution))
+			aClass, aHTTP = append(aClass, a.Class), append(aHTTP, int32(a.HTTPStatus))
+			aCode, aSubcode, aRaw = append(aCode, a.ProviderCode), append(aSubcode, a.ProviderSubcode), append(aRaw, a.RawError)
+			aLatency = append(aLatency, a.Latency.Microseconds())
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(updateTransitionsSQL, ids, ats, applied, toStates, reasons, clearLease, nexts, providerIDs, maybeSent, noCall, lastErrors, resolutions)
+	b.Queue(insertHistorySQL, ids, froms, toStates, reasons, events, applied, sources, details, ats)
+	if len(aIDs) > 0 {
+		b.Queue(insertAttemptsSQL, aIDs, aNum, aStart, aEnd, aClass, aHTTP, aCode, aSubcode, aRaw, aLatency)
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	tag, err := br.Exec()
+	if err != nil {
+		return fmt.Errorf("postgres: transition: %w", err)
+	}
+	if int(tag.RowsAffected()) != n {
+		return fmt.Errorf("postgres: transition: %d of %d locked rows changed", tag.RowsAffected(), n)
+	}
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			return fmt.Errorf("postgres: transition: %w", err)
+		}
+	}
+	return br.Close()
 }
 
 // rowState is what a transition reads of its row.

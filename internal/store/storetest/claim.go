@@ -229,9 +229,34 @@ func testClaim(t *testing.T, h Harness) {
 		if got := claim(t, s, store.ClaimParams{Pacing: map[string]store.Pacing{"sim": {Spacing: time.Millisecond}}}); len(got) != 0 {
 			t.Errorf("with the identity deferred, claimed %s", keys(got))
 		}
+		if got := claim(t, s, store.ClaimParams{Pacing: pacing}); len(got) != 0 {
+			t.Errorf("with the identity deferred, a claim without limits took %s", keys(got))
+		}
 		clk.Advance(30 * time.Second)
 		if got := claim(t, s, store.ClaimParams{Pacing: map[string]store.Pacing{"sim": {Spacing: time.Millisecond}}}); keys(got) != "[c]" {
 			t.Errorf("after the identity's deferral claimed %s, want c (a is still deferred)", keys(got))
+		}
+	})
+
+	t.Run("an identity without limits starts its calls when a deferral ends", func(t *testing.T) {
+		t.Parallel()
+		clk := NewClock(t0)
+		s := h.New(t, clk.Now)
+		enqueue(t, s, "a", func(p *store.EnqueueParams) { p.To = "+15550000001" })
+		enqueue(t, s, "b", func(p *store.EnqueueParams) { p.To = "+15550000002" })
+		if err := s.PaceDefer(ctx, "sim", "", t0.Add(300*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PaceDefer(ctx, "sim", "+15550000002", t0.Add(600*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		got := claim(t, s, store.ClaimParams{Pacing: map[string]store.Pacing{"sim": {}}, Horizon: time.Second})
+		if keys(got) != "[a b]" {
+			t.Fatalf("claimed %s, want a and b (both deferrals end within the horizon)", keys(got))
+		}
+		at := func(d time.Duration) time.Time { return t0.Add(d).Truncate(store.Resolution) }
+		if !got[0].SlotAt.Equal(at(300*time.Millisecond)) || !got[1].SlotAt.Equal(at(600*time.Millisecond)) {
+			t.Errorf("slots %s and %s, want the identity's deferral (+300ms) and b's own (+600ms)", got[0].SlotAt, got[1].SlotAt)
 		}
 	})
 
