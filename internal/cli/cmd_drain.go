@@ -23,6 +23,7 @@ type drainOptions struct {
 	lease       time.Duration
 	callTimeout time.Duration
 	grace       time.Duration
+	poll        time.Duration
 }
 
 func (o *drainOptions) Validate(cfg *config) error {
@@ -33,8 +34,8 @@ func (o *drainOptions) Validate(cfg *config) error {
 		return usagef("--max-duration and --max-messages cannot be negative")
 	case o.lane != "" && o.lane != store.LaneReply && o.lane != store.LaneBulk:
 		return usagef("--lane must be reply or bulk (got %q)", o.lane)
-	case o.callTimeout <= 0 || o.grace <= 0:
-		return usagef("--call-timeout and --grace must be positive")
+	case o.callTimeout <= 0 || o.grace <= 0 || o.poll <= 0:
+		return usagef("--call-timeout, --grace and --poll must be positive")
 	case o.lease < o.callTimeout+10*time.Second:
 		return usagef("--lease %s must exceed --call-timeout %s by at least 10s: a lease that ends mid-call makes the row stuck", o.lease, o.callTimeout)
 	}
@@ -58,6 +59,8 @@ answer is lost becomes "unknown" (or is retried with the same key when the
 provider deduplicates by key): it is never sent again blindly.
 
 Without --follow, drain exits 0 as soon as nothing is eligible: run it from cron.
+With --follow it keeps going; when idle it looks again every --poll, and on
+PostgreSQL it also wakes as soon as any process enqueues (LISTEN/NOTIFY).
 SIGINT/SIGTERM stop claiming; calls in flight get --grace to finish and their
 outcomes are recorded. A one-line summary goes to stderr; -o json prints it as
 an object on stdout.
@@ -90,7 +93,7 @@ an object on stdout.
 			sum, err := drain.Run(cmd.Context(), drain.Config{
 				Store: st, Identities: ids, Owner: leaseOwner(), Lease: o.lease, CallTimeout: o.callTimeout,
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
-				MaxDuration: o.maxDuration, MaxMessages: o.maxMessages, Grace: o.grace, Log: a.log,
+				MaxDuration: o.maxDuration, MaxMessages: o.maxMessages, Grace: o.grace, IdlePoll: o.poll, Log: a.log,
 			})
 			fmt.Fprintf(a.ios.Err, "drain: claimed %d, sent %d, retried %d, failed %d, unknown %d, identity pauses %d, leases lost %d (%.1fs)\n",
 				sum.Claimed, sum.Sent, sum.Retried, sum.Failed, sum.Unknown, sum.Paused, sum.LeaseLost, sum.Seconds)
@@ -112,6 +115,7 @@ an object on stdout.
 	f.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a claim is held; must exceed --call-timeout")
 	f.DurationVar(&o.callTimeout, "call-timeout", 30*time.Second, "how long one provider call may take")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long calls in flight may finish")
+	f.DurationVar(&o.poll, "poll", 2*time.Second, "with --follow, how often an idle drain looks for due rows (on PostgreSQL an enqueue also wakes it at once)")
 	return cmd
 }
 

@@ -253,6 +253,17 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	recWG.Add(1)
 	go d.recorder(&recWG)
 
+	// A follow drain on a store that announces enqueues sleeps until one
+	// does (or IdlePoll passes: retries come due without an announcement).
+	var wake <-chan struct{}
+	if l, ok := cfg.Store.(store.Listener); ok && cfg.Follow {
+		w, err := l.Enqueued(ctx)
+		if err != nil {
+			cfg.Log.Warn("cannot listen for enqueues; polling instead", "err", err, "every", cfg.IdlePoll)
+		}
+		wake = w
+	}
+
 	sem := make(chan struct{}, cfg.Concurrency)
 	done := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -302,6 +313,10 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			}
 			if !cfg.Follow {
 				break
+			}
+			if wake != nil {
+				waitOne(ctx, wake, cfg.IdlePoll)
+				continue
 			}
 			sleep(ctx, idle)
 			idle = min(idle*2, cfg.IdlePoll)

@@ -16,6 +16,17 @@ import (
 	"github.com/msgq/msgq/internal/state"
 )
 
+// Listener is implemented by stores that can tell a waiting drain when
+// rows are enqueued (PostgreSQL's LISTEN/NOTIFY), so that an idle drain
+// --follow wakes at once instead of at its next poll.
+type Listener interface {
+	// Enqueued returns a channel that receives a value soon after rows are
+	// enqueued, by any process, until ctx ends. Wake-ups are coalesced and
+	// may be spurious (also after a lost connection is re-established:
+	// rows may have arrived meanwhile); a drain always claims to find out.
+	Enqueued(ctx context.Context) (<-chan struct{}, error)
+}
+
 // Store is one message queue's durable state.
 //
 // Implementations must be safe for concurrent use by many goroutines, and

@@ -138,6 +138,10 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 				newIDs, string(state.None), string(state.Queued), string(state.Enqueue), store.SourceSend, now); err != nil {
 				return fmt.Errorf("postgres: enqueue history: %w", err)
 			}
+			// Delivered at commit, to drains waiting in Enqueued.
+			if _, err := tx.Exec(ctx, notifySQL); err != nil {
+				return fmt.Errorf("postgres: enqueue notify: %w", err)
+			}
 		}
 		if len(others) == 0 {
 			return nil
@@ -396,146 +400,262 @@ func (s *Store) MessageTransitionMany(ctx context.Context, ps []store.Transition
 
 // transitionMany applies ps inside tx: per-item errors in the results, a
 // database error as the error.
+//
+// A batch of distinct rows with no verdicts (what a drain records) is one
+// statement whose writes are conditional on each row's state and lease;
+// the rows it did not change are read afterwards for their errors. Other
+// batches lock and check their rows first.
 func (s *Store) transitionMany(ctx context.Context, tx pgx.Tx, ps []store.TransitionParams) ([]store.TransitionResult, error) {
 	out := make([]store.TransitionResult, len(ps))
-	err := func() error {
-		// One round trip locks and reads every row (in id order, so two
-		// batches never deadlock); one batch then carries every write.
-		ids := make([]string, 0, len(ps))
-		for i := range ps {
-			ids = append(ids, ps[i].ID)
-		}
-		rows, err := tx.Query(ctx, "SELECT id, state, lease_owner, lease_until FROM messages WHERE id = ANY($1) ORDER BY id FOR UPDATE", ids)
-		if err != nil {
-			return fmt.Errorf("postgres: transition: %w", err)
-		}
-		cur := map[string]*rowState{}
-		for rows.Next() {
-			var id string
-			r := &rowState{}
-			if err := rows.Scan(&id, &r.state, &r.leaseOwner, &r.leaseUntil); err != nil {
-				rows.Close()
-				return fmt.Errorf("postgres: transition: %w", err)
-			}
-			cur[id] = r
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("postgres: transition: %w", err)
-		}
-		var checked []checkedTransition
-		seen := make(map[string]bool, len(ps))
-		distinct := true
-		for i := range ps {
-			p := &ps[i]
-			r := cur[p.ID]
-			if r == nil {
-				out[i].Err = store.ErrNotFound
-				continue
-			}
-			res, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil)
-			if err != nil {
-				out[i].Err = err // every check failure is the item's own
-				continue
-			}
-			checked = append(checked, checkedTransition{p: p, res: res, now: now})
-			distinct = distinct && !seen[p.ID]
-			seen[p.ID] = true
-			out[i].State = res.To
-			// Later items for the same row see this one's result.
-			if res.Applied {
-				r.state = string(res.To)
-				if res.To != state.Sending {
-					r.leaseOwner, r.leaseUntil = "", nil
-				}
-			}
-		}
-		if len(checked) == 0 {
-			return nil
-		}
-		if distinct {
-			return writeTransitions(ctx, tx, checked)
-		}
-		// One row twice in a batch: its writes must apply in order, one
-		// statement each.
-		b := &pgx.Batch{}
-		var updates []int // batch positions of the UPDATEs, to check each changed one row
-		for _, c := range checked {
-			updates = append(updates, b.Len())
-			queueTransition(b, c.p, c.res, c.now)
-		}
-		br := tx.SendBatch(ctx, b)
-		defer br.Close()
-		next := 0
-		for pos := 0; pos < b.Len(); pos++ {
-			tag, err := br.Exec()
-			if err != nil {
-				return fmt.Errorf("postgres: transition: %w", err)
-			}
-			if next < len(updates) && updates[next] == pos {
-				next++
-				if tag.RowsAffected() != 1 {
-					return fmt.Errorf("postgres: transition: an update changed %d rows under its row lock", tag.RowsAffected())
-				}
-			}
-		}
-		return br.Close()
-	}()
+	var err error
+	if conditionalOK(ps) {
+		err = s.transitionConditional(ctx, tx, ps, out)
+	} else {
+		err = s.transitionLocked(ctx, tx, ps, out)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// checkedTransition is one item that passed checkTransition.
+// conditionalOK says a batch can be written by one conditional statement:
+// each row once (later items of a row must see earlier ones), and no
+// verdict (whose lease check needs the row's lease_until).
+func conditionalOK(ps []store.TransitionParams) bool {
+	seen := make(map[string]bool, len(ps))
+	for i := range ps {
+		if seen[ps[i].ID] || ps[i].Event.Kind == state.Resolve {
+			return false
+		}
+		seen[ps[i].ID] = true
+	}
+	return true
+}
+
+func (s *Store) transitionConditional(ctx context.Context, tx pgx.Tx, ps []store.TransitionParams, out []store.TransitionResult) error {
+	var items []checkedTransition
+	var recheck []int
+	for i := range ps {
+		p := &ps[i]
+		res, err := state.Transition(p.From, p.Event)
+		if err != nil || p.Event.Kind == state.Claim || p.Event.Kind == state.Enqueue {
+			recheck = append(recheck, i) // the error comes from the full check, row first
+			continue
+		}
+		now := p.Now.UTC().Truncate(store.Resolution)
+		if p.Now.IsZero() {
+			now = s.clock()
+		}
+		items = append(items, checkedTransition{i: i, p: p, res: res, now: now})
+		out[i].State = res.To
+	}
+	changed, err := writeTransitions(ctx, tx, items)
+	if err != nil {
+		return err
+	}
+	for _, c := range items {
+		if !changed[c.p.ID] {
+			recheck = append(recheck, c.i)
+		}
+	}
+	if len(recheck) == 0 {
+		return nil
+	}
+	ids := make([]string, len(recheck))
+	for j, i := range recheck {
+		ids[j] = ps[i].ID
+	}
+	cur, err := readRowStates(ctx, tx, ids, "")
+	if err != nil {
+		return err
+	}
+	for _, i := range recheck {
+		p := &ps[i]
+		out[i].State = ""
+		r := cur[p.ID]
+		if r == nil {
+			out[i].Err = store.ErrNotFound
+			continue
+		}
+		if _, _, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil); err != nil {
+			out[i].Err = err
+			continue
+		}
+		// The row matches now, but did not when the write ran: it changed
+		// in between, so what the caller read is stale all the same.
+		out[i].Err = fmt.Errorf("%w: message %s changed while the transition was written", store.ErrStale, p.ID)
+	}
+	return nil
+}
+
+func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.TransitionParams, out []store.TransitionResult) error {
+	// One round trip locks and reads every row (in id order, so two
+	// batches never deadlock); then the writes.
+	ids := make([]string, 0, len(ps))
+	for i := range ps {
+		ids = append(ids, ps[i].ID)
+	}
+	cur, err := readRowStates(ctx, tx, ids, " FOR UPDATE")
+	if err != nil {
+		return err
+	}
+	var checked []checkedTransition
+	seen := make(map[string]bool, len(ps))
+	distinct := true
+	for i := range ps {
+		p := &ps[i]
+		r := cur[p.ID]
+		if r == nil {
+			out[i].Err = store.ErrNotFound
+			continue
+		}
+		res, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil)
+		if err != nil {
+			out[i].Err = err // every check failure is the item's own
+			continue
+		}
+		checked = append(checked, checkedTransition{i: i, p: p, res: res, now: now})
+		distinct = distinct && !seen[p.ID]
+		seen[p.ID] = true
+		out[i].State = res.To
+		// Later items for the same row see this one's result.
+		if res.Applied {
+			r.state = string(res.To)
+			if res.To != state.Sending {
+				r.leaseOwner, r.leaseUntil = "", nil
+			}
+		}
+	}
+	if len(checked) == 0 {
+		return nil
+	}
+	if distinct {
+		changed, err := writeTransitions(ctx, tx, checked)
+		if err != nil {
+			return err
+		}
+		if len(changed) != len(checked) {
+			return fmt.Errorf("postgres: transition: %d of %d locked rows changed", len(changed), len(checked))
+		}
+		return nil
+	}
+	// One row twice in a batch: its writes must apply in order, one
+	// statement each.
+	b := &pgx.Batch{}
+	var updates []int // batch positions of the UPDATEs, to check each changed one row
+	for _, c := range checked {
+		updates = append(updates, b.Len())
+		queueTransition(b, c.p, c.res, c.now)
+	}
+	br := tx.SendBatch(ctx, b)
+	defer br.Close()
+	next := 0
+	for pos := 0; pos < b.Len(); pos++ {
+		tag, err := br.Exec()
+		if err != nil {
+			return fmt.Errorf("postgres: transition: %w", err)
+		}
+		if next < len(updates) && updates[next] == pos {
+			next++
+			if tag.RowsAffected() != 1 {
+				return fmt.Errorf("postgres: transition: an update changed %d rows under its row lock", tag.RowsAffected())
+			}
+		}
+	}
+	return br.Close()
+}
+
+// readRowStates reads what the transition checks need of rows, by id.
+func readRowStates(ctx context.Context, tx pgx.Tx, ids []string, lock string) (map[string]*rowState, error) {
+	rows, err := tx.Query(ctx, "SELECT id, state, lease_owner, lease_until FROM messages WHERE id = ANY($1) ORDER BY id"+lock, ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: transition: %w", err)
+	}
+	defer rows.Close()
+	cur := map[string]*rowState{}
+	for rows.Next() {
+		var id string
+		r := &rowState{}
+		if err := rows.Scan(&id, &r.state, &r.leaseOwner, &r.leaseUntil); err != nil {
+			return nil, fmt.Errorf("postgres: transition: %w", err)
+		}
+		cur[id] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: transition: %w", err)
+	}
+	return cur, nil
+}
+
+// checkedTransition is one item whose transition the machine allows.
 type checkedTransition struct {
+	i   int
 	p   *store.TransitionParams
 	res state.Result
 	now time.Time
 }
 
-// updateTransitionsSQL applies a batch of checked transitions (distinct
-// rows) as one statement over column arrays: a statement per row cost more
-// than the rows' own work. Each column keeps its value unless the item
-// sets it, as queueTransition does item by item. By id alone, for the
-// reasons given there.
-const updateTransitionsSQL = `UPDATE messages m SET
-	updated_at = v.at,
-	state = CASE WHEN v.applied THEN v.to_state ELSE m.state END,
-	reason = CASE WHEN v.applied THEN v.reason ELSE m.reason END,
-	lease_owner = CASE WHEN v.clear_lease THEN '' ELSE m.lease_owner END,
-	lease_until = CASE WHEN v.clear_lease THEN NULL ELSE m.lease_until END,
-	next_attempt_at = coalesce(v.next_at, m.next_attempt_at),
-	provider_id = CASE WHEN v.provider_id <> '' THEN v.provider_id ELSE m.provider_id END,
-	maybe_sent = m.maybe_sent OR v.maybe_sent,
-	attempts = CASE WHEN v.no_call THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
-	last_error = CASE WHEN v.last_error <> '' THEN v.last_error ELSE m.last_error END,
-	resolution = CASE WHEN v.resolution <> '' THEN v.resolution ELSE m.resolution END
-FROM unnest($1::text[], $2::timestamptz[], $3::boolean[], $4::text[], $5::text[], $6::boolean[], $7::timestamptz[],
-	$8::text[], $9::boolean[], $10::boolean[], $11::text[], $12::text[])
-	AS v(id, at, applied, to_state, reason, clear_lease, next_at, provider_id, maybe_sent, no_call, last_error, resolution)
-WHERE m.id = v.id`
+// transitionSQL writes a batch of transitions (distinct rows) as one
+// statement over column arrays: a statement per row cost more than the
+// rows' own work. The update is conditional on the state the caller read
+// and, when given, its lease; only the rows it changed get their history
+// and attempt rows. Each column keeps its value unless the item sets it,
+// as queueTransition does item by item. The results (to_state, reason,
+// applied, clear_lease) are the state machine's, computed by the caller.
+const transitionSQL = `WITH v AS (
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::boolean[], $6::text[], $7::text[],
+		$8::boolean[], $9::timestamptz[], $10::text[], $11::boolean[], $12::boolean[], $13::text[], $14::text[],
+		$15::text[], $16::text[], $17::text[])
+	AS v(id, from_state, owner, at, applied, to_state, reason, clear_lease, next_at, provider_id, maybe_sent, no_call,
+		last_error, resolution, event, source, detail)
+), u AS (
+	UPDATE messages m SET
+		updated_at = v.at,
+		state = CASE WHEN v.applied THEN v.to_state ELSE m.state END,
+		reason = CASE WHEN v.applied THEN v.reason ELSE m.reason END,
+		lease_owner = CASE WHEN v.clear_lease THEN '' ELSE m.lease_owner END,
+		lease_until = CASE WHEN v.clear_lease THEN NULL ELSE m.lease_until END,
+		next_attempt_at = coalesce(v.next_at, m.next_attempt_at),
+		provider_id = CASE WHEN v.provider_id <> '' THEN v.provider_id ELSE m.provider_id END,
+		maybe_sent = m.maybe_sent OR v.maybe_sent,
+		attempts = CASE WHEN v.no_call THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
+		last_error = CASE WHEN v.last_error <> '' THEN v.last_error ELSE m.last_error END,
+		resolution = CASE WHEN v.resolution <> '' THEN v.resolution ELSE m.resolution END
+	FROM v
+	WHERE m.id = v.id AND m.state = v.from_state AND (v.owner = '' OR m.lease_owner = v.owner)
+	RETURNING m.id
+), h AS (
+	INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
+	SELECT v.id, v.from_state, v.to_state, v.reason, v.event, v.applied, v.source, v.detail, v.at,
+		(SELECT coalesce(max(hh.seq), 0) + 1 FROM history hh WHERE hh.message_id = v.id)
+	FROM v JOIN u ON u.id = v.id
+), a AS (
+	INSERT INTO attempts (` + attemptCols + `)
+	SELECT x.message_id, x.number, x.started_at, x.finished_at, x.class, x.http_status, x.provider_code,
+		x.provider_subcode, x.raw_error, x.latency_us
+	FROM unnest($18::text[], $19::integer[], $20::timestamptz[], $21::timestamptz[], $22::text[], $23::integer[],
+		$24::text[], $25::text[], $26::text[], $27::bigint[])
+		AS x(message_id, number, started_at, finished_at, class, http_status, provider_code, provider_subcode, raw_error, latency_us)
+	JOIN u ON u.id = x.message_id
+)
+SELECT id FROM u`
 
-const insertHistorySQL = `INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
-SELECT v.id, v.from_state, v.to_state, v.reason, v.event, v.applied, v.source, v.detail, v.at,
-	(SELECT coalesce(max(h.seq), 0) + 1 FROM history h WHERE h.message_id = v.id)
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::boolean[], $7::text[], $8::text[], $9::timestamptz[])
-	AS v(id, from_state, to_state, reason, event, applied, source, detail, at)`
-
-const insertAttemptsSQL = `INSERT INTO attempts (` + attemptCols + `)
-SELECT * FROM unnest($1::text[], $2::integer[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::integer[],
-	$7::text[], $8::text[], $9::text[], $10::bigint[])`
-
-// writeTransitions writes checked transitions of distinct rows: three
-// statements, sent in one round trip, whatever the batch size.
-func writeTransitions(ctx context.Context, tx pgx.Tx, cs []checkedTransition) error {
+// writeTransitions runs transitionSQL over cs and returns the ids of the
+// rows it changed.
+func writeTransitions(ctx context.Context, tx pgx.Tx, cs []checkedTransition) (map[string]bool, error) {
+	changed := make(map[string]bool, len(cs))
+	if len(cs) == 0 {
+		return changed, nil
+	}
 	n := len(cs)
 	var (
-		ids, toStates, reasons, providerIDs, lastErrors, resolutions = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		froms, events, sources, details                              = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		ats                                                          = make([]time.Time, n)
-		nexts                                                        = make([]*time.Time, n)
-		applied, clearLease, maybeSent, noCall                       = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
+		ids, froms, owners, toStates, reasons  = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		providerIDs, lastErrors, resolutions   = make([]string, n), make([]string, n), make([]string, n)
+		events, sources, details               = make([]string, n), make([]string, n), make([]string, n)
+		ats                                    = make([]time.Time, n)
+		nexts                                  = make([]*time.Time, n)
+		applied, clearLease, maybeSent, noCall = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
 
 		aIDs, aClass, aCode, aSubcode, aRaw = []string{}, []string{}, []string{}, []string{}, []string{}
 		aNum, aHTTP                         = []int32{}, []int32{}
@@ -544,7 +664,8 @@ func writeTransitions(ctx context.Context, tx pgx.Tx, cs []checkedTransition) er
 	)
 	for i, c := range cs {
 		p, res := c.p, c.res
-		ids[i], ats[i], applied[i], toStates[i], reasons[i] = p.ID, c.now, res.Applied, string(res.To), string(res.Reason)
+		ids[i], froms[i], owners[i], ats[i] = p.ID, string(p.From), p.LeaseOwner, c.now
+		applied[i], toStates[i], reasons[i] = res.Applied, string(res.To), string(res.Reason)
 		clearLease[i] = res.Applied && res.To != state.Sending
 		if res.Applied && res.To == state.Queued {
 			next := p.NextAttemptAt.UTC().Truncate(store.Resolution)
@@ -554,7 +675,7 @@ func writeTransitions(ctx context.Context, tx pgx.Tx, cs []checkedTransition) er
 			nexts[i] = &next
 		}
 		providerIDs[i], maybeSent[i], noCall[i], lastErrors[i], resolutions[i] = p.ProviderID, p.MaybeSent, p.NoCall, p.LastError, p.Resolution
-		froms[i], events[i], sources[i], details[i] = string(p.From), p.Event.String(), p.Source, p.Detail
+		events[i], sources[i], details[i] = p.Event.String(), p.Source, p.Detail
 		if a := p.Attempt; a != nil {
 			aIDs, aNum = append(aIDs, p.ID), append(aNum, int32(a.Number))
 			aStart, aEnd = append(aStart, a.StartedAt.UTC().Truncate(store.Resolution)), append(aEnd, a.FinishedAt.UTC().Truncate(store.Resolution))
@@ -563,27 +684,20 @@ func writeTransitions(ctx context.Context, tx pgx.Tx, cs []checkedTransition) er
 			aLatency = append(aLatency, a.Latency.Microseconds())
 		}
 	}
-	b := &pgx.Batch{}
-	b.Queue(updateTransitionsSQL, ids, ats, applied, toStates, reasons, clearLease, nexts, providerIDs, maybeSent, noCall, lastErrors, resolutions)
-	b.Queue(insertHistorySQL, ids, froms, toStates, reasons, events, applied, sources, details, ats)
-	if len(aIDs) > 0 {
-		b.Queue(insertAttemptsSQL, aIDs, aNum, aStart, aEnd, aClass, aHTTP, aCode, aSubcode, aRaw, aLatency)
-	}
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	tag, err := br.Exec()
+	rs, err := tx.Query(ctx, transitionSQL, ids, froms, owners, ats, applied, toStates, reasons, clearLease, nexts,
+		providerIDs, maybeSent, noCall, lastErrors, resolutions, events, sources, details,
+		aIDs, aNum, aStart, aEnd, aClass, aHTTP, aCode, aSubcode, aRaw, aLatency)
 	if err != nil {
-		return fmt.Errorf("postgres: transition: %w", err)
+		return nil, fmt.Errorf("postgres: transition: %w", err)
 	}
-	if int(tag.RowsAffected()) != n {
-		return fmt.Errorf("postgres: transition: %d of %d locked rows changed", tag.RowsAffected(), n)
+	got, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: transition: %w", err)
 	}
-	for range b.Len() - 1 {
-		if _, err := br.Exec(); err != nil {
-			return fmt.Errorf("postgres: transition: %w", err)
-		}
+	for _, id := range got {
+		changed[id] = true
 	}
-	return br.Close()
+	return changed, nil
 }
 
 // rowState is what a transition reads of its row.

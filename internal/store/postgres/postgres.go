@@ -9,6 +9,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,6 +26,7 @@ var migrationFS embed.FS
 type Store struct {
 	pool *pgxpool.Pool
 	now  func() time.Time
+	log  *slog.Logger
 
 	ids *store.IDs
 }
@@ -37,6 +39,9 @@ type Options struct {
 	Now func() time.Time
 	// NoMigrate skips the automatic migration on open.
 	NoMigrate bool
+	// Log receives what the store does on its own (re-listening after a
+	// lost connection); nil discards it.
+	Log *slog.Logger
 	// Schema, when set, is the search_path of every connection (created
 	// if missing), so that several queues (or tests) can share a database.
 	Schema string
@@ -47,6 +52,9 @@ type Options struct {
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -62,7 +70,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	s := &Store{pool: pool, now: opts.Now, ids: store.NewIDs()}
+	s := &Store{pool: pool, now: opts.Now, log: opts.Log, ids: store.NewIDs()}
 	if !opts.NoMigrate {
 		if _, err := s.Migrate(ctx); err != nil {
 			s.Close()
