@@ -1,13 +1,17 @@
 package cli_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/msgq/msgq/internal/cli"
@@ -16,23 +20,71 @@ import (
 // TestMain lets this test binary run as `msgq` (testscript puts it on PATH
 // under that name), so scripts and process tests exec the real command.
 func TestMain(m *testing.M) {
+	// Under -race every process sleeps atexit_sleep_ms (1s by default)
+	// before it exits, so that racing goroutines can finish their reports.
+	// The scripts and process tests run hundreds of msgq processes: that
+	// second each was most of their time. A race in a child is still
+	// reported when it happens, and its exit code (66) still fails the test.
+	if !strings.Contains(os.Getenv("GORACE"), "atexit_sleep_ms") {
+		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=50"))
+	}
 	testscript.Main(m, map[string]func(){"msgq": func() { os.Exit(cli.Main()) }})
 }
 
 // TestScripts runs the end-to-end scripts in testdata/script: each reads
-// like a user's shell session against a fresh store.
+// like a user's shell session against a fresh store, here the default
+// SQLite file.
 func TestScripts(t *testing.T) {
 	t.Parallel()
-	testscript.Run(t, testscript.Params{
+	testscript.Run(t, scriptParams("sqlite", func(*testscript.Env) error { return nil }))
+}
+
+// TestScriptsPostgres runs the same scripts with MSGQ_STORE naming a
+// fresh PostgreSQL schema per script (search_path in the URL, as a user
+// would write it). Lines about the SQLite file itself are marked [sqlite];
+// [postgres] lines check the same promise on the database (for instance
+// that bad input created no tables).
+func TestScriptsPostgres(t *testing.T) {
+	t.Parallel()
+	base := postgresURL(t)
+	testscript.Run(t, scriptParams("postgres", func(env *testscript.Env) error {
+		schema, drop, err := newSchema(base, "msgq_script")
+		if err != nil {
+			return err
+		}
+		env.Defer(drop)
+		u, err := urlWith(base, "search_path", schema)
+		if err != nil {
+			return err
+		}
+		env.Setenv("MSGQ_STORE", u)
+		// Scripts that change MSGQ_STORE can still name this store.
+		env.Setenv("PGSTORE", u)
+		env.Values[sqlURL{}] = u
+		return nil
+	}))
+}
+
+type sqlURL struct{}
+
+func scriptParams(kind string, setup func(*testscript.Env) error) testscript.Params {
+	return testscript.Params{
 		Dir: filepath.Join("..", "..", "testdata", "script"),
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("XDG_DATA_HOME", filepath.Join(env.WorkDir, "data"))
 			env.Setenv("XDG_CONFIG_HOME", filepath.Join(env.WorkDir, "config"))
-			return nil
+			return setup(env)
+		},
+		Condition: func(cond string) (bool, error) {
+			switch cond {
+			case "sqlite", "postgres":
+				return cond == kind, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		RequireUniqueNames: true,
-		Cmds:               map[string]func(*testscript.TestScript, bool, []string){"exits": cmdExits},
-	})
+		Cmds:               map[string]func(*testscript.TestScript, bool, []string){"exits": cmdExits, "sql": cmdSQL},
+	}
 }
 
 // cmdExits is `exits N cmd args...`: run cmd and require exit code N,
@@ -56,4 +108,32 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	if got != want {
 		ts.Fatalf("exit code %d, want %d", got, want)
 	}
+}
+
+// cmdSQL is `sql QUERY` ([postgres] scripts only): run QUERY in the
+// script's schema and print each row on stdout, columns separated by a
+// space, so that a script can look at the database behind msgq's back.
+func cmdSQL(ts *testscript.TestScript, neg bool, args []string) {
+	u, _ := ts.Value(sqlURL{}).(string)
+	if neg || len(args) != 1 || u == "" {
+		ts.Fatalf("usage: sql QUERY (in a PostgreSQL run)")
+	}
+	out := ts.Stdout() // an empty result is an empty stdout, not the last command's
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, u)
+	ts.Check(err)
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, args[0])
+	ts.Check(err)
+	defer rows.Close()
+	for rows.Next() {
+		vals, err := rows.Values()
+		ts.Check(err)
+		cols := make([]string, len(vals))
+		for i, v := range vals {
+			cols[i] = fmt.Sprint(v)
+		}
+		fmt.Fprintln(out, strings.Join(cols, " "))
+	}
+	ts.Check(rows.Err())
 }
