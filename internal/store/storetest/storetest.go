@@ -272,6 +272,39 @@ func testEnqueueMany(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("a large batch meeting existing keys still sorts new rows, replays and conflicts", func(t *testing.T) {
+		t.Parallel()
+		s := h.New(t, nil)
+		// Stores may write a large batch of new keys a faster way that
+		// any existing key makes them abandon: the keys met here sort
+		// last, so that way gets furthest before it must give up.
+		pre := []store.EnqueueParams{Params("zz-replayed"), Params("zz-conflicting")}
+		must[[]store.EnqueueResult](t)(s.MessageEnqueueMany(ctx, pre))
+		const n = 300
+		batch := make([]store.EnqueueParams, 0, n+2)
+		for i := range n {
+			batch = append(batch, Params(fmt.Sprintf("fresh-%04d", i)))
+		}
+		other := Params("zz-conflicting")
+		other.Payload = store.Payload{Text: "another body"}
+		batch = append(batch, Params("zz-replayed"), other)
+		res := must[[]store.EnqueueResult](t)(s.MessageEnqueueMany(ctx, batch))
+		for i := range n {
+			if r := res[i]; r.Err != nil || r.Replayed {
+				t.Fatalf("item %d: %+v", i, r)
+			}
+		}
+		if !res[n].Replayed || res[n].Err != nil {
+			t.Errorf("existing key, same body: %+v, want a replay", res[n])
+		}
+		if !errors.Is(res[n+1].Err, store.ErrConflict) {
+			t.Errorf("existing key, other body: %v, want a conflict", res[n+1].Err)
+		}
+		if list := must[[]store.Message](t)(s.MessageList(ctx, &store.ListParams{Limit: 10 * n})); len(list) != n+2 {
+			t.Errorf("%d rows, want %d", len(list), n+2)
+		}
+	})
+
 	t.Run("a batch larger than one statement is written whole", func(t *testing.T) {
 		t.Parallel()
 		s := h.New(t, nil)
