@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io/fs"
+	"math"
 	"path"
 	"sort"
 	"strconv"
@@ -36,6 +37,17 @@ func (g *IDs) New(now time.Time) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return ulid.MustNew(ulid.Timestamp(now), g.entropy).String()
+}
+
+// IDBefore is the least id a row created at t can have: every row with a
+// smaller id was created before t (ids are ULIDs on the store's clock, so
+// the primary key orders rows by creation).
+func IDBefore(t time.Time) string {
+	var id ulid.ULID
+	if err := id.SetTime(ulid.Timestamp(t)); err != nil {
+		return ulid.ULID{}.String() // before 1970 or past 10889: no row
+	}
+	return id.String()
 }
 
 // NewMessage is the row an enqueue of p creates at now, before it is
@@ -174,3 +186,36 @@ func ParseMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
 	return ms, nil
 }
+
+// NeedsExpiredLease says an event may move a sending row only once its
+// lease has expired (ErrLeaseLive otherwise): an operator's verdict and
+// reconcile's takeovers are for rows whose drain vanished, and a live
+// lease means a drain still owns the answer. The machine cannot see
+// leases; the stores check this.
+func NeedsExpiredLease(k state.Kind) bool {
+	return k == state.Resolve || k == state.LeaseExpired || k == state.LeaseRequeue
+}
+
+// Validate checks a stuck filter.
+func (p *StuckParams) Validate() error {
+	switch {
+	case p.OlderThan < 0:
+		return &InvalidError{Field: "older_than", Msg: "cannot be negative"}
+	case p.State != state.None && p.State != state.Sending && p.State != state.Unknown:
+		return &InvalidError{Field: "state", Msg: fmt.Sprintf("must be sending or unknown (got %q)", p.State)}
+	}
+	return nil
+}
+
+// Percentile returns the q-quantile (0..1) of sorted durations by the
+// nearest-rank method, or zero for none.
+func Percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// DefaultStatsWindow is the span of Stats' recent figures.
+const DefaultStatsWindow = time.Hour

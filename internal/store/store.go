@@ -41,8 +41,8 @@ type Store interface {
 	Migrate(ctx context.Context) ([]int, error)
 
 	// MessageEnqueue creates one logical send, or returns the existing row
-	// when (tenant, key) exists with the same body hash (Replayed is true and
-	// nothing is written). Errors: *InvalidError when p fails Validate;
+	// when (tenant, key) exists with the same body hash (Replayed is true;
+	// nothing is written but the replay count Stats reports). Errors: *InvalidError when p fails Validate;
 	// *ConflictError (errors.Is ErrConflict) when the key exists with another
 	// body, naming the existing row.
 	MessageEnqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error)
@@ -119,8 +119,109 @@ type Store interface {
 	// ones, and those with rows), with its queue counts, by name.
 	IdentityStates(ctx context.Context) ([]IdentityState, error)
 
+	// MessageStuck returns the rows a person must look at: rows in sending
+	// whose lease has expired or whose claim is older than p.OlderThan,
+	// and rows in unknown older than p.OlderThan, oldest first, each with
+	// the provider code of its last attempt. Errors: *InvalidError for a
+	// bad filter.
+	MessageStuck(ctx context.Context, p *StuckParams) ([]StuckMessage, error)
+
+	// Stats returns the queue's vital signs at p.Now (DESIGN.md §9).
+	Stats(ctx context.Context, p *StatsParams) (*Stats, error)
+
+	// MessagePurge drops the payloads (and their attempts' raw error
+	// bodies) of finished rows (sent, delivered, read, failed) created
+	// before p.Before, keeping tenant, key, body hash and state, so that a
+	// replay of an old key is still a replay, never a new send. It returns
+	// how many rows it purged (with p.DryRun: would purge).
+	MessagePurge(ctx context.Context, p *PurgeParams) (int, error)
+
 	// Close releases the store's connections.
 	Close() error
+}
+
+// StuckParams filters MessageStuck.
+type StuckParams struct {
+	// OlderThan is the age (since the row entered its state) past which a
+	// row is listed; a sending row whose lease has expired is listed at
+	// any age.
+	OlderThan time.Duration
+	// State limits the list to sending or unknown ("" for both).
+	State state.State
+	// LeaseExpired lists only sending rows whose lease has expired (what
+	// reconcile takes over), whatever OlderThan says.
+	LeaseExpired bool
+	Tenant       string
+	Identity     string
+	Purpose      string
+	Now          time.Time // zero: the store's clock
+	Limit        int       // 0: DefaultListLimit
+}
+
+// StuckMessage is a row MessageStuck lists.
+type StuckMessage struct {
+	Message
+	// LastCode is the provider code of the row's last attempt ("" when
+	// none, or the attempt had no code).
+	LastCode string
+}
+
+// StatsParams says what Stats measures.
+type StatsParams struct {
+	Now time.Time // zero: the store's clock
+	// Window is the span of the recent figures (attempts by class,
+	// delivery latency); zero means one hour.
+	Window time.Duration
+}
+
+// Stats are the queue's vital signs. Field names are a JSON contract.
+type Stats struct {
+	At time.Time `json:"at"`
+	// Counts are the rows by identity and state (states with rows only).
+	Counts []StateCount `json:"counts"`
+	// OldestEligible is the due time of the oldest queued row a drain
+	// could claim now (due, within its deadline, identity not paused):
+	// its age is the alert that fires for every kind of stuck drain. Nil
+	// when there is none.
+	OldestEligible *time.Time `json:"oldest_eligible_due_at"`
+	// SendingPastLease counts rows in sending whose lease has expired.
+	SendingPastLease int `json:"sending_past_lease"`
+	// Unknown counts rows in unknown.
+	Unknown int `json:"unknown"`
+	// KeyReplays counts sends that found their key with the same body
+	// (something ran twice), since the store was created.
+	KeyReplays int64 `json:"key_replays"`
+	// AttemptsByClass counts provider calls finished within Window, by
+	// outcome class.
+	AttemptsByClass map[string]int `json:"attempts_by_class"`
+	// Delivered counts rows delivered within Window, and DeliveryP50/P95
+	// are their sent-to-delivered latencies (zero when none).
+	Delivered   int           `json:"delivered"`
+	DeliveryP50 time.Duration `json:"delivery_p50_ns"`
+	DeliveryP95 time.Duration `json:"delivery_p95_ns"`
+	Window      time.Duration `json:"window_ns"`
+}
+
+// LatencySample bounds how many of the latest deliveries Stats measures
+// its latency percentiles over.
+const LatencySample = 10000
+
+// CounterKeyReplays names the running count of key replays.
+const CounterKeyReplays = "key_replays"
+
+// StateCount is the number of rows of one identity in one state.
+type StateCount struct {
+	Identity string      `json:"identity"`
+	State    state.State `json:"state"`
+	N        int         `json:"n"`
+}
+
+// PurgeParams says what MessagePurge drops.
+type PurgeParams struct {
+	Before  time.Time // rows created before this
+	Purpose string    // only this purpose ("" for all)
+	Tenant  string    // only this tenant ("" for all)
+	DryRun  bool
 }
 
 // Pacing is one identity's limits, shared by every drain.

@@ -231,6 +231,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		for i := range found {
 			existing[found[i].Tenant+"\x00"+found[i].Key] = &found[i]
 		}
+		replays := 0
 		for _, r := range others {
 			m := existing[r.msg.Tenant+"\x00"+r.msg.Key]
 			switch {
@@ -238,8 +239,15 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 				return fmt.Errorf("postgres: enqueue: key %q neither inserted nor found", r.msg.Key)
 			case m.BodyHash == r.hash:
 				results[r.idx] = store.EnqueueResult{Message: m, Replayed: true}
+				replays++
 			default:
 				results[r.idx] = store.EnqueueResult{Err: &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: m.ID}}
+			}
+		}
+		if replays > 0 {
+			if _, err := tx.Exec(ctx, "INSERT INTO counters (name, n) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET n = counters.n + excluded.n",
+				store.CounterKeyReplays, replays); err != nil {
+				return fmt.Errorf("postgres: enqueue: count replays: %w", err)
 			}
 		}
 		return nil
@@ -489,11 +497,11 @@ func (s *Store) transitionMany(ctx context.Context, tx pgx.Tx, ps []store.Transi
 
 // conditionalOK says a batch can be written by one conditional statement:
 // each row once (later items of a row must see earlier ones), and no
-// verdict (whose lease check needs the row's lease_until).
+// event whose lease check needs the row's lease_until.
 func conditionalOK(ps []store.TransitionParams) bool {
 	seen := make(map[string]bool, len(ps))
 	for i := range ps {
-		if seen[ps[i].ID] || ps[i].Event.Kind == state.Resolve {
+		if seen[ps[i].ID] || store.NeedsExpiredLease(ps[i].Event.Kind) {
 			return false
 		}
 		seen[ps[i].ID] = true
@@ -794,7 +802,7 @@ func (s *Store) checkTransition(p *store.TransitionParams, cur, leaseOwner strin
 	}
 	// A verdict on a sending row is only for one whose drain vanished: a
 	// live lease means a drain still owns the answer.
-	if p.Event.Kind == state.Resolve && cur == string(state.Sending) && leaseUntil != nil && leaseUntil.After(now) {
+	if store.NeedsExpiredLease(p.Event.Kind) && cur == string(state.Sending) && leaseUntil != nil && leaseUntil.After(now) {
 		return res, now, fmt.Errorf("%w: message %s is leased by %s until %s", store.ErrLeaseLive, p.ID, leaseOwner,
 			leaseUntil.UTC().Format(time.RFC3339))
 	}

@@ -159,6 +159,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		if err != nil {
 			return nil, err
 		}
+		replays := 0
 		for _, r := range others {
 			m := existing[r.msg.Tenant+"\x00"+r.msg.Key]
 			switch {
@@ -167,8 +168,15 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 				return nil, fmt.Errorf("sqlite: enqueue: key %q neither inserted nor found", r.msg.Key)
 			case m.BodyHash == r.hash:
 				results[r.idx] = store.EnqueueResult{Message: m, Replayed: true}
+				replays++
 			default:
 				results[r.idx] = store.EnqueueResult{Err: &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: m.ID}}
+			}
+		}
+		if replays > 0 {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO counters (name, n) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET n = n + excluded.n",
+				store.CounterKeyReplays, replays); err != nil {
+				return nil, fmt.Errorf("sqlite: enqueue: count replays: %w", err)
 			}
 		}
 	}
@@ -472,9 +480,9 @@ func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.Trans
 	if state.State(cur) != p.From || (p.LeaseOwner != "" && leaseOwner != p.LeaseOwner) {
 		return res, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
 	}
-	// A verdict on a sending row is only for one whose drain vanished: a
-	// live lease means a drain still owns the answer.
-	if p.Event.Kind == state.Resolve && cur == string(state.Sending) && leaseUntil.Valid && fromMicros(leaseUntil.Int64).After(now) {
+	// A verdict on (or a takeover of) a sending row is only for one whose
+	// drain vanished: a live lease means a drain still owns the answer.
+	if store.NeedsExpiredLease(p.Event.Kind) && cur == string(state.Sending) && leaseUntil.Valid && fromMicros(leaseUntil.Int64).After(now) {
 		return res, fmt.Errorf("%w: message %s is leased by %s until %s", store.ErrLeaseLive, p.ID, leaseOwner,
 			fromMicros(leaseUntil.Int64).Format(time.RFC3339))
 	}

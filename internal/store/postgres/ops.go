@@ -1,0 +1,226 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// MessageStuck lists sending rows with an expired lease or an old claim
+// and old unknown rows, oldest first, from the messages_in_flight index.
+func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store.StuckMessage, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	now := p.Now.UTC().Truncate(store.Resolution)
+	if p.Now.IsZero() {
+		now = s.clock()
+	}
+	args := []any{now}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	where := []string{"state IN ('sending', 'unknown')"}
+	if p.LeaseExpired {
+		where = append(where, "state = 'sending' AND lease_until <= $1")
+	} else {
+		where = append(where, "(updated_at <= "+arg(now.Add(-p.OlderThan))+" OR (state = 'sending' AND lease_until <= $1))")
+	}
+	if p.State != state.None {
+		where = append(where, "state = "+arg(string(p.State)))
+	}
+	for _, f := range []struct{ col, v string }{{"tenant", p.Tenant}, {"identity", p.Identity}, {"purpose", p.Purpose}} {
+		if f.v != "" {
+			where = append(where, f.col+" = "+arg(f.v))
+		}
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	q := "SELECT " + messageCols + ", coalesce((SELECT provider_code FROM attempts a WHERE a.message_id = messages.id ORDER BY seq DESC LIMIT 1), '') " +
+		"FROM messages WHERE " + strings.Join(where, " AND ") + " ORDER BY updated_at, id LIMIT " + arg(limit)
+	rs, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: stuck: %w", err)
+	}
+	defer rs.Close()
+	out := []store.StuckMessage{}
+	for rs.Next() {
+		var code string
+		m, err := scanMessage(withExtra(rs, &code))
+		if err != nil {
+			return nil, fmt.Errorf("postgres: stuck: %w", err)
+		}
+		out = append(out, store.StuckMessage{Message: *m, LastCode: code})
+	}
+	return out, rs.Err()
+}
+
+// Stats reads the vital signs in one repeatable-read transaction (one
+// moment's figures). Counts by state are counted when asked: a counter
+// row kept by triggers would serialise every drain on it.
+func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, error) {
+	now := p.Now.UTC().Truncate(store.Resolution)
+	if p.Now.IsZero() {
+		now = s.clock()
+	}
+	window := p.Window
+	if window <= 0 {
+		window = store.DefaultStatsWindow
+	}
+	since := now.Add(-window)
+	st := &store.Stats{At: now, Counts: []store.StateCount{}, AttemptsByClass: map[string]int{}, Window: window}
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: stats: %w", err)
+	}
+	defer tx.Rollback(ctx)
+
+	rs, err := tx.Query(ctx, "SELECT identity, state, count(*) FROM messages GROUP BY identity, state ORDER BY identity, state")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: stats: %w", err)
+	}
+	for rs.Next() {
+		var c store.StateCount
+		var stt string
+		if err := rs.Scan(&c.Identity, &stt, &c.N); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("postgres: stats: %w", err)
+		}
+		c.State = state.State(stt)
+		if c.State == state.Unknown {
+			st.Unknown += c.N
+		}
+		st.Counts = append(st.Counts, c)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: stats: %w", err)
+	}
+
+	for _, lane := range []string{store.LaneReply, store.LaneBulk} {
+		var due *time.Time
+		err := tx.QueryRow(ctx, "SELECT min(next_attempt_at) FROM (SELECT next_attempt_at FROM messages "+
+			"WHERE state = 'queued' AND lane = $1 AND next_attempt_at <= $2 AND (expires_at IS NULL OR expires_at > $2) "+
+			"AND identity NOT IN (SELECT name FROM identities WHERE paused) ORDER BY lane DESC, next_attempt_at LIMIT 1) AS o",
+			lane, now).Scan(&due)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: stats: %w", err)
+		}
+		if due != nil && (st.OldestEligible == nil || due.Before(*st.OldestEligible)) {
+			t := due.UTC()
+			st.OldestEligible = &t
+		}
+	}
+	if err := tx.QueryRow(ctx, "SELECT count(*) FROM messages WHERE state IN ('sending', 'unknown') AND state = 'sending' AND lease_until <= $1",
+		now).Scan(&st.SendingPastLease); err != nil {
+		return nil, fmt.Errorf("postgres: stats: %w", err)
+	}
+	if err := tx.QueryRow(ctx, "SELECT coalesce((SELECT n FROM counters WHERE name = $1), 0)", store.CounterKeyReplays).Scan(&st.KeyReplays); err != nil {
+		return nil, fmt.Errorf("postgres: stats: %w", err)
+	}
+	rs, err = tx.Query(ctx, "SELECT class, count(*) FROM attempts WHERE finished_at >= $1 GROUP BY class", since)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: stats: %w", err)
+	}
+	for rs.Next() {
+		var class string
+		var n int
+		if err := rs.Scan(&class, &n); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("postgres: stats: %w", err)
+		}
+		st.AttemptsByClass[class] = n
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: stats: %w", err)
+	}
+
+	rs, err = tx.Query(ctx, "SELECT extract(epoch FROM h.at - (SELECT max(s.at) FROM history s WHERE s.message_id = h.message_id AND s.to_state = 'sent' AND s.applied)) * 1000000 "+
+		"FROM history h WHERE h.to_state = 'delivered' AND h.applied AND h.at >= $1 ORDER BY h.at DESC LIMIT $2", since, store.LatencySample)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: stats: %w", err)
+	}
+	var lat []time.Duration
+	for rs.Next() {
+		st.Delivered++
+		var us *float64
+		if err := rs.Scan(&us); err != nil {
+			rs.Close()
+			return nil, fmt.Errorf("postgres: stats: %w", err)
+		}
+		if us != nil {
+			lat = append(lat, time.Duration(*us)*time.Microsecond)
+		}
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: stats: %w", err)
+	}
+	slices.Sort(lat)
+	st.DeliveryP50, st.DeliveryP95 = store.Percentile(lat, 0.50), store.Percentile(lat, 0.95)
+	return st, nil
+}
+
+// purgeBatch bounds one purge transaction.
+const purgeBatch = 1000
+
+// MessagePurge drops payloads of finished rows created before p.Before,
+// walking the primary key (ids order rows by creation) in batches.
+func (s *Store) MessagePurge(ctx context.Context, p *store.PurgeParams) (int, error) {
+	where := "id < $1 AND state IN ('sent', 'delivered', 'read', 'failed') AND payload IS NOT NULL"
+	args := []any{store.IDBefore(p.Before)}
+	if p.Purpose != "" {
+		args = append(args, p.Purpose)
+		where += " AND purpose = $" + strconv.Itoa(len(args))
+	}
+	if p.Tenant != "" {
+		args = append(args, p.Tenant)
+		where += " AND tenant = $" + strconv.Itoa(len(args))
+	}
+	if p.DryRun {
+		var n int
+		if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM messages WHERE "+where, args...).Scan(&n); err != nil {
+			return 0, fmt.Errorf("postgres: purge: %w", err)
+		}
+		return n, nil
+	}
+	total := 0
+	for {
+		var n int
+		err := s.inTx(ctx, "purge", func(tx pgx.Tx) error {
+			rs, err := tx.Query(ctx, "UPDATE messages SET payload = NULL, last_error = '' WHERE id IN "+
+				"(SELECT id FROM messages WHERE "+where+" LIMIT "+strconv.Itoa(purgeBatch)+" FOR UPDATE SKIP LOCKED) RETURNING id", args...)
+			if err != nil {
+				return fmt.Errorf("postgres: purge: %w", err)
+			}
+			ids, err := pgx.CollectRows(rs, pgx.RowTo[string])
+			if err != nil {
+				return fmt.Errorf("postgres: purge: %w", err)
+			}
+			n = len(ids)
+			if n == 0 {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, "UPDATE attempts SET raw_error = '' WHERE message_id = ANY($1) AND raw_error <> ''", ids); err != nil {
+				return fmt.Errorf("postgres: purge attempts: %w", err)
+			}
+			return nil
+		})
+		total += n
+		if err != nil || n < purgeBatch {
+			return total, err
+		}
+	}
+}
