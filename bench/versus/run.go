@@ -1,0 +1,262 @@
+package versus
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// side is one queue implementation under test.
+type side interface {
+	name() string
+	// open makes a fresh, migrated, empty queue on store st; seq makes
+	// its schema or file name unique.
+	open(ctx context.Context, st string, seq int) (queue, error)
+}
+
+// queue is one fresh queue of a side.
+type queue interface {
+	// insertMany writes rs in batches of Options.Batch and returns how
+	// many were duplicates of rows already there.
+	insertMany(ctx context.Context, rs []row) (replayed int, err error)
+	// insertOne writes one row in its own call and transaction.
+	insertOne(ctx context.Context, r row) (replayed bool, err error)
+	// work processes the n rows in the queue and returns how long it
+	// took until the last one's outcome was written.
+	work(ctx context.Context, n int) (time.Duration, error)
+	// close releases the queue and drops its schema or file.
+	close() error
+}
+
+// workload names one row of the table.
+type workload struct {
+	store string
+	kind  string // bulk, one, work
+}
+
+// results holds every run's rate per workload and side.
+type results map[workload]map[string][]float64
+
+func (r results) add(w workload, side string, rate float64) {
+	if r[w] == nil {
+		r[w] = map[string][]float64{}
+	}
+	r[w][side] = append(r[w][side], rate)
+}
+
+func run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
+	if o.Dir == "" {
+		dir, err := os.MkdirTemp("", "msgq-versus-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.Dir = dir
+	}
+	if o.ProfileDir != "" {
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			return err
+		}
+	}
+	env := environment(ctx, o)
+	fmt.Fprintf(stderr, "versus: load average %s\n", env.loadBefore)
+	sides := []side{riverSide{o}, msgqSide{o}}
+	res := results{}
+	seq := 0
+	for r := 1; r <= o.Runs; r++ {
+		// Alternate which side goes first, so that a drift in the
+		// machine's load does not fall on one side only.
+		order := sides
+		if r%2 == 0 {
+			order = []side{sides[1], sides[0]}
+		}
+		for _, st := range o.Stores {
+			for _, sd := range order {
+				seq++
+				if err := measure(ctx, o, sd, st, r, seq, res, stderr); err != nil {
+					return fmt.Errorf("%s on %s, run %d: %w", sd.name(), st, r, err)
+				}
+			}
+		}
+	}
+	env.loadAfter = loadAverage()
+	fmt.Fprintf(stderr, "versus: load average %s\n", env.loadAfter)
+	env.write(stdout, o)
+	writeTable(stdout, o, res)
+	return nil
+}
+
+// measure runs every workload once for one side on one store.
+func measure(ctx context.Context, o *Options, sd side, st string, r, seq int, res results, stderr io.Writer) error {
+	rs := rows(r, o.N)
+	q, err := sd.open(ctx, st, seq)
+	if err != nil {
+		return err
+	}
+	err = func() error {
+		start := time.Now()
+		replayed, err := q.insertMany(ctx, rs)
+		d := time.Since(start)
+		if err != nil {
+			return fmt.Errorf("bulk insert: %w", err)
+		}
+		if replayed != 0 {
+			return fmt.Errorf("bulk insert: %d of %d new rows taken for duplicates", replayed, len(rs))
+		}
+		res.add(workload{st, "bulk"}, sd.name(), rate(len(rs), d))
+		fmt.Fprintf(stderr, "run %d %-6s %-8s bulk insert %7d rows in %8s: %8.0f rows/s\n", r, st, sd.name(), len(rs), d.Round(time.Millisecond), rate(len(rs), d))
+
+		// Untimed: a second insert of the same rows must be refused as
+		// duplicates, so the comparison is of unique inserts on both sides.
+		again := rs[:min(len(rs), 100)]
+		if replayed, err := q.insertMany(ctx, again); err != nil || replayed != len(again) {
+			return fmt.Errorf("unique check: %d of %d duplicates recognised (err %v)", replayed, len(again), err)
+		}
+
+		stopProfile, err := profile(o, fmt.Sprintf("%s-work-%s-%d.pprof", strings.ToLower(sd.name()), st, r))
+		if err != nil {
+			return err
+		}
+		d, err = q.work(ctx, len(rs))
+		stopProfile()
+		if err != nil {
+			return fmt.Errorf("work: %w", err)
+		}
+		res.add(workload{st, "work"}, sd.name(), rate(len(rs), d))
+		fmt.Fprintf(stderr, "run %d %-6s %-8s work        %7d msgs in %8s: %8.0f msgs/s\n", r, st, sd.name(), len(rs), d.Round(time.Millisecond), rate(len(rs), d))
+		return nil
+	}()
+	if cerr := q.close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("close: %w", cerr))
+	}
+	if err != nil || o.One == 0 {
+		return err
+	}
+
+	rs = rows(r+1<<16, o.One)
+	if q, err = sd.open(ctx, st, seq+1<<20); err != nil {
+		return err
+	}
+	err = func() error {
+		start := time.Now()
+		for _, x := range rs {
+			replayed, err := q.insertOne(ctx, x)
+			if err != nil {
+				return fmt.Errorf("insert one: %w", err)
+			}
+			if replayed {
+				return errors.New("insert one: a new row taken for a duplicate")
+			}
+		}
+		d := time.Since(start)
+		res.add(workload{st, "one"}, sd.name(), rate(len(rs), d))
+		fmt.Fprintf(stderr, "run %d %-6s %-8s insert one  %7d rows in %8s: %8.0f rows/s\n", r, st, sd.name(), len(rs), d.Round(time.Millisecond), rate(len(rs), d))
+		if replayed, err := q.insertOne(ctx, rs[0]); err != nil || !replayed {
+			return fmt.Errorf("unique check: a duplicate was not recognised (err %v)", err)
+		}
+		return nil
+	}()
+	if cerr := q.close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("close: %w", cerr))
+	}
+	return err
+}
+
+func rate(n int, d time.Duration) float64 { return float64(n) / d.Seconds() }
+
+// profile starts a CPU profile into o.ProfileDir/name when profiles are
+// asked for, and returns the function that stops it.
+func profile(o *Options, name string) (func(), error) {
+	if o.ProfileDir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(o.ProfileDir, name))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// env describes where the figures were measured.
+type env struct {
+	started    time.Time
+	machine    string
+	riverVer   string
+	postgres   string
+	sqlite     string
+	loadBefore string
+	loadAfter  string
+}
+
+func environment(ctx context.Context, o *Options) *env {
+	e := &env{started: time.Now(), loadBefore: loadAverage(), riverVer: "?", postgres: "-", sqlite: "?"}
+	e.machine = fmt.Sprintf("%d CPUs (GOMAXPROCS %d), %s memory, %s/%s, %s",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), memTotal(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/riverqueue/river" {
+				e.riverVer = d.Version
+			}
+		}
+	}
+	if o.PostgresURL != "" {
+		if c, err := pgx.Connect(ctx, o.PostgresURL); err == nil {
+			_ = c.QueryRow(ctx, "SHOW server_version").Scan(&e.postgres)
+			c.Close(ctx)
+		}
+	}
+	if db, err := sql.Open("sqlite", ":memory:"); err == nil {
+		_ = db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&e.sqlite)
+		db.Close()
+	}
+	return e
+}
+
+func (e *env) write(w io.Writer, o *Options) {
+	fmt.Fprintf(w, "msgq (this checkout) against River %s, %s, %s\n", e.riverVer, e.started.UTC().Format("2006-01-02 15:04 MST"), time.Since(e.started).Round(time.Second))
+	fmt.Fprintf(w, "machine: %s; PostgreSQL %s; SQLite %s\n", e.machine, e.postgres, e.sqlite)
+	fmt.Fprintf(w, "n %d, one-at-a-time %d, batch %d, concurrency %d (River MaxWorkers = msgq drain concurrency), %d run(s) per side, alternating\n",
+		o.N, o.One, o.Batch, o.Concurrency, o.Runs)
+	fmt.Fprintf(w, "load average (1, 5, 15 min): %s before, %s after\n\n", e.loadBefore, e.loadAfter)
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func memTotal() string {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "?"
+	}
+	var kb int
+	for _, l := range strings.Split(string(b), "\n") {
+		if _, err := fmt.Sscanf(l, "MemTotal: %d kB", &kb); err == nil {
+			return fmt.Sprintf("%.0f GiB", float64(kb)/(1<<20))
+		}
+	}
+	return "?"
+}

@@ -1,0 +1,65 @@
+package versus
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestSummariseTakesTheMedianAndTheRange(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		xs   []float64
+		want spread
+	}{
+		{[]float64{5, 1, 3, 2, 4}, spread{3, 1, 5}},
+		{[]float64{4, 1, 3, 2}, spread{2.5, 1, 4}},
+		{[]float64{7}, spread{7, 7, 7}},
+	} {
+		if got := summarise(tc.xs); got != tc.want {
+			t.Errorf("summarise(%v) = %+v, want %+v", tc.xs, got, tc.want)
+		}
+	}
+}
+
+func TestThousandsGroupsDigits(t *testing.T) {
+	t.Parallel()
+	for x, want := range map[float64]string{0: "0", 999.4: "999", 999.5: "1,000", 12345: "12,345", 1234567: "1,234,567"} {
+		if got := thousands(x); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", x, got, want)
+		}
+	}
+}
+
+func TestTableHasOneRowPerMeasuredWorkload(t *testing.T) {
+	t.Parallel()
+	o := &Options{N: 20000, One: 1000, Batch: 4096, Runs: 3, Stores: []string{storePostgres, storeSQLite}}
+	res := results{}
+	for _, x := range []float64{100, 200, 300} {
+		res.add(workload{storePostgres, "work"}, "River", x*10)
+		res.add(workload{storePostgres, "work"}, "msgq", x)
+	}
+	var b bytes.Buffer
+	writeTable(&b, o, res)
+	out := b.String()
+	if !strings.Contains(out, "| PostgreSQL: work 20,000 (River, no-op worker) / drain (msgq, zero-latency sim), msgs/s | 2,000 (1,000–3,000) | 200 (100–300) | 0.10 |") {
+		t.Errorf("table lacks the work row:\n%s", out)
+	}
+	if strings.Contains(out, "SQLite") {
+		t.Errorf("table has a row for a workload not measured:\n%s", out)
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	t.Parallel()
+	o := &Options{N: 0, Batch: 0, Runs: 0, Concurrency: 0, Stores: []string{"postgres", "mysql"}}
+	err := o.Validate()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, want := range []string{"-n", "-batch", "-runs", "-concurrency", "no -postgres URL", `unknown store "mysql"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}
