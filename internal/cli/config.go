@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/go-viper/mapstructure/v2"
@@ -25,6 +26,9 @@ type config struct {
 	DefaultIdentity string
 	Region          string // for local phone numbers
 	ConfigFile      string // the file read, if any
+	// Health are health's thresholds as written ("" when not set); the
+	// health command parses them (cmd_health.go).
+	Health healthSettings
 	// Identities are the sending identities, the built-in sim included.
 	Identities map[string]*identity
 }
@@ -38,13 +42,19 @@ var settings = []struct{ key, flag, def string }{
 	{"tenant", "tenant", "default"},
 	{"default_identity", "identity", "sim"},
 	{"region", "region", ""},
+	// health's thresholds: a section of the file (health: {max_stuck: 0}),
+	// MSGQ_HEALTH_MAX_STUCK in the environment.
+	{"health.max_oldest_queued", "max-oldest-queued", ""},
+	{"health.max_stuck", "max-stuck", ""},
+	{"health.max_unknown", "max-unknown", ""},
+	{"health.max_sending_past_lease", "max-sending-past-lease", ""},
 }
 
 // loadConfig resolves the settings for the command about to run.
 func loadConfig(cmd *cobra.Command) (*config, error) {
 	v := viper.New()
 	v.SetEnvPrefix("MSGQ")
-	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_", ".", "_"))
 	for _, s := range settings {
 		v.SetDefault(s.key, s.def)
 		if err := v.BindEnv(s.key); err != nil {
@@ -87,6 +97,12 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 		DefaultIdentity: v.GetString("default_identity"),
 		Region:          v.GetString("region"),
 		ConfigFile:      path,
+		Health: healthSettings{
+			MaxOldestQueued:     v.GetString("health.max_oldest_queued"),
+			MaxStuck:            v.GetString("health.max_stuck"),
+			MaxUnknown:          v.GetString("health.max_unknown"),
+			MaxSendingPastLease: v.GetString("health.max_sending_past_lease"),
+		},
 	}
 	var raw map[string]identityConfig
 	// A misspelt identity field (token_evn) is refused like a misspelt key.
@@ -106,13 +122,27 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 		}
 		cfg.Store = "sqlite:" + p
 	}
-	if cfg.Output != outTable && cfg.Output != outJSON {
-		return nil, usagef("unknown output format %q (want table or json)", cfg.Output)
+	if err := checkOutput(cmd, cfg.Output); err != nil {
+		return nil, err
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(v.GetString("log_level"))); err != nil {
 		return nil, usagef("unknown log level %q (want debug, info, warn or error)", v.GetString("log_level"))
 	}
 	return cfg, nil
+}
+
+// checkOutput accepts table and json for every command, and the formats a
+// command names in its outputsAnnotation (stats: prometheus) for it alone.
+func checkOutput(cmd *cobra.Command, out string) error {
+	want := append([]string{outTable, outJSON}, strings.Fields(cmd.Annotations[outputsAnnotation])...)
+	if slices.Contains(want, out) {
+		return nil
+	}
+	if out == outPrometheus {
+		return usagef("output format %q is only for msgq stats (want table or json)", out)
+	}
+	choices := strings.Join(want[:len(want)-1], ", ") + " or " + want[len(want)-1]
+	return usagef("unknown output format %q (want %s)", out, choices)
 }
 
 func knownKey(k string) bool {

@@ -99,7 +99,7 @@ defaults. The default store is $XDG_DATA_HOME/msgq/msgq.db
 	pf := root.PersistentFlags()
 	pf.String("store", "", "the store: sqlite:PATH (default: the user's data directory) [MSGQ_STORE]")
 	pf.String("config", "", "config file (YAML) [MSGQ_CONFIG]")
-	pf.StringP("output", "o", outTable, "output format: table or json [MSGQ_OUTPUT]")
+	pf.StringP("output", "o", outTable, "output format: table or json (stats also: prometheus) [MSGQ_OUTPUT]")
 	pf.String("log-level", "info", "diagnostics on stderr: debug, info, warn or error [MSGQ_LOG_LEVEL]")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.SetIn(a.ios.In)
@@ -114,6 +114,9 @@ defaults. The default store is $XDG_DATA_HOME/msgq/msgq.db
 		newSimCmd(a),
 		newDrainCmd(a),
 		newIdentitiesCmd(a),
+		newStatsCmd(a),
+		newHealthCmd(a),
+		newPurgeCmd(a),
 	)
 	return root
 }

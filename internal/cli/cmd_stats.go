@@ -1,0 +1,273 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"github.com/spf13/cobra"
+
+	"github.com/msgq/msgq/internal/retry"
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// outPrometheus is the Prometheus text exposition format, which only stats
+// writes (a node_exporter textfile collector reads it).
+const outPrometheus = "prometheus"
+
+// outputsAnnotation names, on a command, the -o formats it accepts beyond
+// table and json (space-separated); config.go checks -o against it.
+const outputsAnnotation = "msgq/outputs"
+
+// retryClasses are the outcome classes, each shown even at zero so that a
+// script or a dashboard finds every one.
+var retryClasses = []string{string(retry.Accepted), string(retry.RateLimited), string(retry.Transient),
+	string(retry.Ambiguous), string(retry.Permanent), string(retry.Identity)}
+
+type statsOptions struct {
+	window time.Duration
+}
+
+func (o *statsOptions) validate() error {
+	if o.window <= 0 {
+		return usagef("--window must be positive (got %v)", o.window)
+	}
+	return nil
+}
+
+func newStatsCmd(a *app) *cobra.Command {
+	o := &statsOptions{}
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "The queue's vital signs: counts, oldest eligible queued row, stuck rows, replays, latency",
+		Long: `Print the queue's vital signs (the whole store, every tenant):
+
+  - rows by identity and state;
+  - the age of the oldest eligible queued row: due, within its deadline, its
+    identity not paused. It grows whenever drains stop keeping up, whatever the
+    cause: the one alert that fires for every kind of stuck drain;
+  - rows in sending whose lease has expired (a drain died mid-call);
+  - rows in unknown (a call whose answer was lost: someone must decide);
+  - key replays: sends that found their key with the same body (something ran
+    twice), since the store was created;
+  - provider calls finished within --window, by outcome class;
+  - deliveries within --window, and the sent-to-delivered latency (p50, p95)
+    of the latest 10,000 of them.
+
+-o json prints one object (durations in nanoseconds, times in RFC 3339).
+-o prometheus prints the Prometheus text exposition format, for
+node_exporter's textfile collector: write it to a temporary file and rename it
+into the collector's directory, so that node_exporter never reads half a file.
+
+Duplicate webhooks and unattributed inbound replies are not counted yet: they
+arrive with webhooks.
+
+` + exitStatusHelp,
+		Example: `  msgq stats
+  msgq stats --window 24h -o json
+  msgq stats -o prometheus > /var/lib/node_exporter/msgq.prom.tmp &&
+    mv /var/lib/node_exporter/msgq.prom.tmp /var/lib/node_exporter/msgq.prom`,
+		Annotations: map[string]string{outputsAnnotation: outPrometheus},
+		Args:        exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return runStats(cmd.Context(), a, o)
+		},
+	}
+	cmd.Flags().DurationVar(&o.window, "window", store.DefaultStatsWindow, "the span of the recent figures (attempts by class, deliveries)")
+	return cmd
+}
+
+// statsResult is what `stats -o json` prints: the store's figures (their
+// field names are the contract) and the age of the oldest eligible row.
+type statsResult struct {
+	*store.Stats
+	// OldestEligibleAge is At minus OldestEligible (null when no row is
+	// eligible).
+	OldestEligibleAge *time.Duration `json:"oldest_eligible_age_ns"`
+}
+
+func runStats(ctx context.Context, a *app, o *statsOptions) error {
+	st, err := a.store(ctx)
+	if err != nil {
+		return err
+	}
+	s, err := st.Stats(ctx, &store.StatsParams{Window: o.window})
+	if err != nil {
+		return err
+	}
+	for _, c := range retryClasses {
+		if _, ok := s.AttemptsByClass[c]; !ok {
+			s.AttemptsByClass[c] = 0
+		}
+	}
+	res := statsResult{Stats: s}
+	if s.OldestEligible != nil {
+		age := oldestAge(s)
+		res.OldestEligibleAge = &age
+	}
+	switch a.cfg.Output {
+	case outJSON:
+		return printJSON(a.ios.Out, res)
+	case outPrometheus:
+		return printPrometheus(a.ios.Out, s)
+	}
+	return printStats(a.ios.Out, &res)
+}
+
+// oldestAge is how long the oldest eligible queued row has been due (zero
+// when none is).
+func oldestAge(s *store.Stats) time.Duration {
+	if s.OldestEligible == nil {
+		return 0
+	}
+	return max(0, s.At.Sub(*s.OldestEligible))
+}
+
+func printStats(w io.Writer, r *statsResult) error {
+	// Counts: one line per identity, one column per state, and a total.
+	byID := map[string]map[state.State]int{}
+	total := map[state.State]int{}
+	for _, c := range r.Counts {
+		if byID[c.Identity] == nil {
+			byID[c.Identity] = map[state.State]int{}
+		}
+		byID[c.Identity][c.State] += c.N
+		total[c.State] += c.N
+	}
+	header := []string{"IDENTITY"}
+	for _, s := range state.All {
+		header = append(header, strings.ToUpper(string(s)))
+	}
+	line := func(name string, n map[state.State]int) []string {
+		row := []string{name}
+		for _, s := range state.All {
+			row = append(row, strconv.Itoa(n[s]))
+		}
+		return row
+	}
+	var rows [][]string
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		rows = append(rows, line(id, byID[id]))
+	}
+	if len(byID) != 1 {
+		rows = append(rows, line("(all)", total))
+	}
+	if err := printTable(w, header, rows); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, "\n"); err != nil {
+		return err
+	}
+
+	s := r.Stats
+	oldest := "none"
+	if s.OldestEligible != nil {
+		oldest = fmt.Sprintf("%s (due since %s)", human(oldestAge(s)), stamp(*s.OldestEligible))
+	}
+	var classes []string
+	for _, c := range slices.Sorted(maps.Keys(s.AttemptsByClass)) {
+		classes = append(classes, fmt.Sprintf("%s %d", c, s.AttemptsByClass[c]))
+	}
+	win := human(s.Window)
+	delivered := strconv.Itoa(s.Delivered)
+	if s.Delivered > 0 {
+		delivered += fmt.Sprintf(" (sent to delivered: p50 %s, p95 %s)", human(s.DeliveryP50), human(s.DeliveryP95))
+	}
+	return printTable(w, nil, [][]string{
+		{"oldest eligible queued", oldest},
+		{"sending past lease", strconv.Itoa(s.SendingPastLease)},
+		{"unknown", strconv.Itoa(s.Unknown)},
+		{"key replays", strconv.FormatInt(s.KeyReplays, 10)},
+		{"attempts (last " + win + ")", strings.Join(classes, ", ")},
+		{"delivered (last " + win + ")", delivered},
+	})
+}
+
+// human rounds a duration for people: to the second from ten seconds up,
+// to the millisecond below, and drops a trailing "0s" ("5m0s" is "5m").
+func human(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		d = d.Round(time.Second)
+	case d >= time.Millisecond:
+		d = d.Round(time.Millisecond)
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// printPrometheus writes the figures in the Prometheus text exposition
+// format: a registry of gauges (and the replay counter), gathered and
+// encoded by the Prometheus libraries.
+func printPrometheus(w io.Writer, s *store.Stats) error {
+	reg := prometheus.NewPedanticRegistry()
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+		reg.MustRegister(g)
+		return g
+	}
+	messages := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgq_messages",
+		Help: "Messages by sending identity and state."}, []string{"identity", "state"})
+	attempts := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "msgq_recent_attempts",
+		Help: "Provider calls finished within the window (msgq_stats_window_seconds), by outcome class."}, []string{"class"})
+	replays := prometheus.NewCounter(prometheus.CounterOpts{Name: "msgq_key_replays_total",
+		Help: "Sends that found their key with the same body (something ran twice), since the store was created."})
+	reg.MustRegister(messages, attempts, replays)
+
+	// Every state of every identity with rows, zeros included, so that a
+	// series does not vanish when its count drops to zero.
+	for _, c := range s.Counts {
+		for _, st := range state.All {
+			messages.WithLabelValues(c.Identity, string(st))
+		}
+	}
+	for _, c := range s.Counts {
+		messages.WithLabelValues(c.Identity, string(c.State)).Add(float64(c.N))
+	}
+	for c, n := range s.AttemptsByClass {
+		attempts.WithLabelValues(c).Set(float64(n))
+	}
+	replays.Add(float64(s.KeyReplays))
+	gauge("msgq_oldest_eligible_queued_age_seconds",
+		"How long the oldest eligible queued message (due, within its deadline, identity not paused) has been due; 0 when none is.").
+		Set(oldestAge(s).Seconds())
+	gauge("msgq_sending_past_lease", "Messages in sending whose lease has expired (a drain died mid-call).").
+		Set(float64(s.SendingPastLease))
+	gauge("msgq_recent_deliveries", "Messages delivered within the window.").Set(float64(s.Delivered))
+	gauge("msgq_delivery_latency_p50_seconds", "Sent-to-delivered latency, median, of the deliveries within the window.").
+		Set(s.DeliveryP50.Seconds())
+	gauge("msgq_delivery_latency_p95_seconds", "Sent-to-delivered latency, 95th percentile, of the deliveries within the window.").
+		Set(s.DeliveryP95.Seconds())
+	gauge("msgq_stats_window_seconds", "The span of the msgq_recent_* figures.").Set(s.Window.Seconds())
+	gauge("msgq_stats_timestamp_seconds", "When these figures were taken (Unix time): alert when it stops moving.").
+		Set(float64(s.At.UnixMicro()) / 1e6)
+
+	mfs, err := reg.Gather()
+	if err != nil {
+		return err
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
