@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"context"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+type cancelOptions struct {
+	ref    string
+	note   string
+	by     string
+	tenant string // bound to the tenant setting (flag > env > config)
+}
+
+func (o *cancelOptions) Validate() error {
+	if strings.TrimSpace(o.by) == "" {
+		return usagef("--by is required: no operating-system user to name (give --by NAME)")
+	}
+	return nil
+}
+
+func newCancelCmd(a *app) *cobra.Command {
+	o := &cancelOptions{}
+	cmd := &cobra.Command{
+		Use:   "cancel ID|KEY",
+		Short: "Stop a message that has not gone out (a queued one)",
+		Long: `Stop a message that has certainly not gone out: only a queued row. It becomes
+failed(canceled), drain never claims it, and who canceled it (--by, default the
+operating-system user) and why (--note) go into its history and resolution.
+
+Every other state is refused: a sending row may be on its way to the phone
+right now, an unknown one may have reached it (see msgq resolve), and finished
+rows are settled.
+
+` + exitStatusHelp,
+		Example: `  msgq cancel order-1001-shipped
+  msgq cancel 01JD5Q3XK0M9T4W8Y2B6C1N7PZ --note "order refunded" -o json`,
+		Args: exactArgs(1, "one message id or key"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.ref = args[0]
+			if !cmd.Flags().Changed("by") {
+				o.by = osUser()
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return runCancel(cmd.Context(), a, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.note, "note", "", "why (optional; kept in the history)")
+	f.StringVar(&o.by, "by", "", "who cancels (default: the operating-system user, else $USER)")
+	f.StringVar(&o.tenant, "tenant", "", "tenant of the key (default \"default\") [MSGQ_TENANT]")
+	return cmd
+}
+
+func runCancel(ctx context.Context, a *app, o *cancelOptions) error {
+	st, err := a.store(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := messageByRef(ctx, st, a.cfg.Tenant, o.ref)
+	if err != nil {
+		return err
+	}
+	ev := state.Event{Kind: state.Cancel}
+	if err := machineAllows("cancel", m, ev); err != nil {
+		return err
+	}
+	what := "canceled by " + strings.TrimSpace(o.by)
+	if n := strings.TrimSpace(o.note); n != "" {
+		what += ": " + n
+	}
+	after, err := st.MessageTransition(ctx, &store.TransitionParams{
+		ID: m.ID, From: m.State, Event: ev, Source: store.SourceOperator, Detail: what, Resolution: what,
+	})
+	if err != nil {
+		return transitionError("cancel", m, err)
+	}
+	a.log.Debug("canceled", "id", m.ID, "key", m.Key)
+	return printOperatorResult(a, m, after, what)
+}

@@ -1,0 +1,148 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+type stuckOptions struct {
+	olderThan time.Duration
+	state     string
+	identity  string
+	purpose   string
+	limit     int
+	failIfAny bool
+	tenant    string // bound to the tenant setting (flag > env > config)
+}
+
+func (o *stuckOptions) Validate() error {
+	switch {
+	case o.olderThan < 0:
+		return usagef("--older-than cannot be negative (got %s)", o.olderThan)
+	case o.state != "" && o.state != string(state.Sending) && o.state != string(state.Unknown):
+		return usagef("--state must be sending or unknown (got %q)", o.state)
+	case o.limit <= 0:
+		return usagef("--limit must be positive")
+	}
+	return nil
+}
+
+func newStuckCmd(a *app) *cobra.Command {
+	o := &stuckOptions{}
+	cmd := &cobra.Command{
+		Use:   "stuck",
+		Short: "Messages that may have gone out and that nobody has settled, oldest first",
+		Long: `List the messages a person must look at, oldest first:
+  - sending rows whose lease has expired (their drain vanished mid-call; listed
+    at any age), or whose claim is older than --older-than;
+  - unknown rows (a call may have reached the phone) older than --older-than.
+Age is the time since the row entered its state.
+
+Next steps: msgq reconcile applies what evidence there is; msgq resolve records
+a person's verdict; msgq resend sends again under a new key.
+
+-o json prints an array of rows, each with last_code, age_ns and lease_expired.
+With --fail-if-any, stuck exits 4 when it listed anything: one cron line away
+from an alert.
+
+` + exitStatusHelp,
+		Example: `  msgq stuck
+  msgq stuck --older-than 10m --state unknown --identity shop
+  msgq stuck --fail-if-any -o json`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return runStuck(cmd.Context(), a, o)
+		},
+	}
+	f := cmd.Flags()
+	f.DurationVar(&o.olderThan, "older-than", time.Minute, "only rows in their state at least this long (expired leases are listed at any age)")
+	f.StringVar(&o.state, "state", "", "only sending or only unknown rows")
+	f.StringVar(&o.identity, "identity", "", "only rows of this sending identity")
+	f.StringVar(&o.purpose, "purpose", "", "only rows with this purpose")
+	f.IntVar(&o.limit, "limit", store.DefaultListLimit, "at most this many rows")
+	f.BoolVar(&o.failIfAny, "fail-if-any", false, "exit 4 when any row is listed")
+	f.StringVar(&o.tenant, "tenant", "", "tenant (default \"default\") [MSGQ_TENANT]")
+	return cmd
+}
+
+// stuckRow is one row of `stuck -o json`: the message, and what makes it
+// stuck. Field names are a JSON contract.
+type stuckRow struct {
+	*store.Message
+	LastCode     string        `json:"last_code"`
+	Age          time.Duration `json:"age_ns"`
+	LeaseExpired bool          `json:"lease_expired"`
+}
+
+func runStuck(ctx context.Context, a *app, o *stuckOptions) error {
+	st, err := a.store(ctx)
+	if err != nil {
+		return err
+	}
+	now := a.now()
+	ms, err := st.MessageStuck(ctx, &store.StuckParams{
+		OlderThan: o.olderThan, State: state.State(o.state), Tenant: a.cfg.Tenant, Identity: o.identity,
+		Purpose: o.purpose, Now: now, Limit: o.limit,
+	})
+	if err != nil {
+		return err
+	}
+	rows := make([]stuckRow, len(ms))
+	for i := range ms {
+		m := &ms[i]
+		rows[i] = stuckRow{&m.Message, m.LastCode, now.Sub(m.UpdatedAt),
+			m.State == state.Sending && m.LeaseUntil != nil && !m.LeaseUntil.After(now)}
+	}
+	if err := printStuck(a, rows); err != nil {
+		return err
+	}
+	if len(rows) == o.limit {
+		fmt.Fprintf(a.ios.Err, "stuck: showing the first %d (oldest); there may be more (--limit)\n", o.limit)
+	}
+	if o.failIfAny && len(rows) > 0 {
+		return &exitError{code: ExitFound, msg: fmt.Sprintf("%d stuck message(s) need a person (--fail-if-any)", len(rows))}
+	}
+	return nil
+}
+
+func printStuck(a *app, rows []stuckRow) error {
+	if a.cfg.Output == outJSON {
+		return printJSON(a.ios.Out, rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(a.ios.Err, "stuck: nothing")
+		return nil
+	}
+	out := make([][]string, 0, len(rows))
+	for _, r := range rows {
+		lease := "-"
+		if r.State == state.Sending {
+			lease = "live until " + stampPtr(r.LeaseUntil)
+			if r.LeaseExpired {
+				lease = "expired"
+			}
+		}
+		out = append(out, []string{r.ID, r.Key, string(r.State), lease, r.Identity, phone.Mask(r.To), ageLabel(r.Age),
+			strconv.Itoa(r.Attempts), orDash(r.LastCode)})
+	}
+	return printTable(a.ios.Out, []string{"ID", "KEY", "STATE", "LEASE", "IDENTITY", "TO", "AGE", "ATTEMPTS", "LAST CODE"}, out)
+}
+
+// ageLabel formats a duration for tables: to the second, e.g. 3m12s or 49h0m5s.
+func ageLabel(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	return d.Round(time.Second).String()
+}
