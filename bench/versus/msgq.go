@@ -27,14 +27,14 @@ func (m msgqSide) open(ctx context.Context, st string, seq int) (queue, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &msgqQueue{o: m.o, s: s, cleanup: func() error { return dropSchema(m.o.PostgresURL, schema) }}, nil
+		return &msgqQueue{o: m.o, s: s, cleanup: func() (tally, error) { s.Close(); return tallyAndDrop(m.o.PostgresURL, schema) }}, nil
 	case storeSQLite:
 		path := filepath.Join(m.o.Dir, fmt.Sprintf("msgq-%d.db", seq))
 		s, err := sqlite.Open(ctx, path, sqlite.Options{})
 		if err != nil {
 			return nil, err
 		}
-		return &msgqQueue{o: m.o, s: s, cleanup: func() error { return removeSQLite(path) }}, nil
+		return &msgqQueue{o: m.o, s: s, cleanup: func() (tally, error) { s.Close(); return nil, removeSQLite(path) }}, nil
 	}
 	return nil, fmt.Errorf("unknown store %q", st)
 }
@@ -42,7 +42,8 @@ func (m msgqSide) open(ctx context.Context, st string, seq int) (queue, error) {
 type msgqQueue struct {
 	o       *Options
 	s       store.Store
-	cleanup func() error
+	cleanup func() (tally, error)
+	tally   tally
 }
 
 func (q *msgqQueue) insertMany(ctx context.Context, rs []row) (replayed int, err error) {
@@ -98,7 +99,9 @@ func (q *msgqQueue) work(ctx context.Context, n int) (time.Duration, error) {
 	return d, nil
 }
 
-func (q *msgqQueue) close() error {
-	q.s.Close()
-	return q.cleanup()
+func (q *msgqQueue) close() (err error) {
+	q.tally, err = q.cleanup()
+	return err
 }
+
+func (q *msgqQueue) writes() tally { return q.tally }

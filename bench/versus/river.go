@@ -44,10 +44,11 @@ func (r riverSide) open(ctx context.Context, st string, seq int) (queue, error) 
 		if err != nil {
 			return nil, errors.Join(err, dropSchema(r.o.PostgresURL, schema))
 		}
-		cleanup := func() error { pool.Close(); return dropSchema(r.o.PostgresURL, schema) }
+		cleanup := func() (tally, error) { pool.Close(); return tallyAndDrop(r.o.PostgresURL, schema) }
 		q, err := newRiverQueue(ctx, r.o, riverpgxv5.New(pool), schema, cleanup)
 		if err != nil {
-			return nil, errors.Join(err, cleanup())
+			_, cerr := cleanup()
+			return nil, errors.Join(err, cerr)
 		}
 		return q, nil
 	case storeSQLite:
@@ -68,10 +69,11 @@ func (r riverSide) open(ctx context.Context, st string, seq int) (queue, error) 
 		if err := db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil || sync != 2 {
 			return nil, errors.Join(fmt.Errorf("river sqlite: synchronous %d, want 2 (FULL)", sync), err, db.Close())
 		}
-		cleanup := func() error { return errors.Join(db.Close(), removeSQLite(path)) }
+		cleanup := func() (tally, error) { return nil, errors.Join(db.Close(), removeSQLite(path)) }
 		q, err := newRiverQueue(ctx, r.o, riversqlite.New(db), "", cleanup)
 		if err != nil {
-			return nil, errors.Join(err, cleanup())
+			_, cerr := cleanup()
+			return nil, errors.Join(err, cerr)
 		}
 		return q, nil
 	}
@@ -82,10 +84,11 @@ func (r riverSide) open(ctx context.Context, st string, seq int) (queue, error) 
 type riverQueue[TTx any] struct {
 	o       *Options
 	client  *river.Client[TTx]
-	cleanup func() error
+	cleanup func() (tally, error)
+	tally   tally
 }
 
-func newRiverQueue[TTx any](ctx context.Context, o *Options, driver riverdriver.Driver[TTx], schema string, cleanup func() error) (*riverQueue[TTx], error) {
+func newRiverQueue[TTx any](ctx context.Context, o *Options, driver riverdriver.Driver[TTx], schema string, cleanup func() (tally, error)) (*riverQueue[TTx], error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema, Logger: logger})
 	if err != nil {
@@ -176,7 +179,12 @@ func (q *riverQueue[TTx]) work(ctx context.Context, n int) (time.Duration, error
 	return d, errors.Join(err, q.client.Stop(stopCtx))
 }
 
-func (q *riverQueue[TTx]) close() error { return q.cleanup() }
+func (q *riverQueue[TTx]) close() (err error) {
+	q.tally, err = q.cleanup()
+	return err
+}
+
+func (q *riverQueue[TTx]) writes() tally { return q.tally }
 
 func createSchema(ctx context.Context, url, schema string) error {
 	c, err := pgx.Connect(ctx, url)
@@ -186,6 +194,13 @@ func createSchema(ctx context.Context, url, schema string) error {
 	defer c.Close(ctx)
 	_, err = c.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
 	return err
+}
+
+// tallyAndDrop reads what schema's tables took, then drops it; the
+// schema's connections must be closed first.
+func tallyAndDrop(url, schema string) (tally, error) {
+	t, err := schemaTally(url, schema)
+	return t, errors.Join(err, dropSchema(url, schema))
 }
 
 func dropSchema(url, schema string) error {

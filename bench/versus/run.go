@@ -37,6 +37,9 @@ type queue interface {
 	work(ctx context.Context, n int) (time.Duration, error)
 	// close releases the queue and drops its schema or file.
 	close() error
+	// writes returns, after close, what the queue's PostgreSQL tables
+	// took (nil for SQLite).
+	writes() tally
 }
 
 // workload names one row of the table.
@@ -46,13 +49,21 @@ type workload struct {
 }
 
 // results holds every run's rate per workload and side.
-type results map[workload]map[string][]float64
+type results struct {
+	rates map[workload]map[string][]float64
+	// tallies is run 1's PostgreSQL writes per side.
+	tallies map[string]tally
+}
 
-func (r results) add(w workload, side string, rate float64) {
-	if r[w] == nil {
-		r[w] = map[string][]float64{}
+func newResults() *results {
+	return &results{rates: map[workload]map[string][]float64{}, tallies: map[string]tally{}}
+}
+
+func (r *results) add(w workload, side string, rate float64) {
+	if r.rates[w] == nil {
+		r.rates[w] = map[string][]float64{}
 	}
-	r[w][side] = append(r[w][side], rate)
+	r.rates[w][side] = append(r.rates[w][side], rate)
 }
 
 func run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
@@ -72,7 +83,7 @@ func run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	env := environment(ctx, o)
 	fmt.Fprintf(stderr, "versus: load average %s\n", env.loadBefore)
 	sides := []side{riverSide{o}, msgqSide{o}}
-	res := results{}
+	res := newResults()
 	seq := 0
 	for r := 1; r <= o.Runs; r++ {
 		// Alternate which side goes first, so that a drift in the
@@ -94,11 +105,12 @@ func run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "versus: load average %s\n", env.loadAfter)
 	env.write(stdout, o)
 	writeTable(stdout, o, res)
+	writeTallies(stdout, o, res.tallies)
 	return nil
 }
 
 // measure runs every workload once for one side on one store.
-func measure(ctx context.Context, o *Options, sd side, st string, r, seq int, res results, stderr io.Writer) error {
+func measure(ctx context.Context, o *Options, sd side, st string, r, seq int, res *results, stderr io.Writer) error {
 	rs := rows(r, o.N)
 	q, err := sd.open(ctx, st, seq)
 	if err != nil {
@@ -139,6 +151,9 @@ func measure(ctx context.Context, o *Options, sd side, st string, r, seq int, re
 	}()
 	if cerr := q.close(); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("close: %w", cerr))
+	}
+	if t := q.writes(); err == nil && t != nil && r == 1 {
+		res.tallies[sd.name()] = t
 	}
 	if err != nil || o.One == 0 {
 		return err

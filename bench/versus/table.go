@@ -49,12 +49,12 @@ func describe(o *Options, w workload) string {
 
 // writeTable prints one Markdown table: workload | River | msgq | ratio,
 // each cell the median with the range over the runs.
-func writeTable(w io.Writer, o *Options, res results) {
+func writeTable(w io.Writer, o *Options, res *results) {
 	fmt.Fprintf(w, "| workload | River | msgq | ratio msgq/River |\n|---|---:|---:|---:|\n")
 	for _, st := range o.Stores {
 		for _, kind := range []string{"bulk", "one", "work"} {
 			wl := workload{st, kind}
-			r, m := res[wl]["River"], res[wl]["msgq"]
+			r, m := res.rates[wl]["River"], res.rates[wl]["msgq"]
 			if len(r) == 0 || len(m) == 0 {
 				continue
 			}

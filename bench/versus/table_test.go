@@ -34,7 +34,7 @@ func TestThousandsGroupsDigits(t *testing.T) {
 func TestTableHasOneRowPerMeasuredWorkload(t *testing.T) {
 	t.Parallel()
 	o := &Options{N: 20000, One: 1000, Batch: 4096, Runs: 3, Stores: []string{storePostgres, storeSQLite}}
-	res := results{}
+	res := newResults()
 	for _, x := range []float64{100, 200, 300} {
 		res.add(workload{storePostgres, "work"}, "River", x*10)
 		res.add(workload{storePostgres, "work"}, "msgq", x)
