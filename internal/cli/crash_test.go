@@ -17,7 +17,6 @@ import (
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
-	"github.com/msgq/msgq/internal/store/sqlite"
 )
 
 // serveSim starts `msgq sim serve` as its own process and returns its URL.
@@ -69,9 +68,8 @@ type row struct {
 
 // msgqEnv runs msgq commands against one store and config.
 type msgqEnv struct {
-	t         *testing.T
-	env       []string
-	storePath string // the SQLite file, when the test set one
+	t   *testing.T
+	env []string
 }
 
 func (e *msgqEnv) cmd(args ...string) *exec.Cmd {
@@ -102,15 +100,17 @@ func (e *msgqEnv) rows() []row {
 	return rs
 }
 
-func setupDrainEnv(t *testing.T, identity string, n int) *msgqEnv {
+// setupDrainEnv writes identity as the config, points msgq at a fresh
+// store of kind and enqueues n messages (to n recipients).
+func setupDrainEnv(t *testing.T, kind, identity string, n int) (*msgqEnv, *backend) {
 	t.Helper()
 	dir := t.TempDir()
+	b := newBackend(t, kind, dir)
 	cfg := filepath.Join(dir, "msgq.yaml")
 	if err := os.WriteFile(cfg, []byte(identity), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=sqlite:" + filepath.Join(dir, "q.db"),
-		"MSGQ_TEST_TOKEN=test-token"}, storePath: filepath.Join(dir, "q.db")}
+	e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + b.url, "MSGQ_TEST_TOKEN=test-token"}}
 	var lines strings.Builder
 	for i := range n {
 		fmt.Fprintf(&lines, `{"key":"crash-%04d","to":"+1555%07d","text":"hello %d"}`+"\n", i, i, i)
@@ -120,7 +120,7 @@ func setupDrainEnv(t *testing.T, identity string, n int) *msgqEnv {
 		t.Fatal(err)
 	}
 	e.run("send", "--file", in)
-	return e
+	return e, b
 }
 
 // TestKillNineMidDrainNeverSendsTwice SIGKILLs `msgq drain` processes
@@ -130,22 +130,35 @@ func setupDrainEnv(t *testing.T, identity string, n int) *msgqEnv {
 // reached the phone twice, and every row is sent, unknown, or still
 // leased (sending): none is lost, each uncertain one is visible.
 //
+// On SQLite one drain at a time is killed, five times over. On PostgreSQL
+// eight drains run at once (claims skip each other's locked rows) and five
+// of them are killed at different points of the run while the other three
+// go on, then finish the queue and stop cleanly on SIGTERM.
+//
 // The http provider variant deduplicates by key: a lost answer is retried
 // with the same key and replayed by the provider, so fewer rows end
 // unknown, and still none is delivered twice.
 func TestKillNineMidDrainNeverSendsTwice(t *testing.T) {
 	t.Parallel()
-	for _, provider := range []string{"whatsapp", "http"} {
-		t.Run(provider, func(t *testing.T) {
-			t.Parallel()
-			killNineRounds(t, provider)
-		})
+	for _, kind := range []string{"sqlite", "postgres"} {
+		for _, provider := range []string{"whatsapp", "http"} {
+			t.Run(kind+"/"+provider, func(t *testing.T) {
+				t.Parallel()
+				killNine(t, kind, provider)
+			})
+		}
 	}
 }
 
-func killNineRounds(t *testing.T, provider string) {
+func killNine(t *testing.T, kind, provider string) {
+	n := 300
+	if kind == "postgres" {
+		// Eight drains go through rows eight times as fast: more rows
+		// keep the queue busy until the last kill.
+		n = 1500
+	}
 	base := serveSim(t, "--fault-drop", "0.1", "--latency", "30ms", "--seed", "11")
-	e := setupDrainEnv(t, fmt.Sprintf(`default_identity: shop
+	e, b := setupDrainEnv(t, kind, fmt.Sprintf(`default_identity: shop
 identities:
   shop:
     provider: %s
@@ -153,38 +166,17 @@ identities:
     phone_number_id: "1000001"
     token_env: MSGQ_TEST_TOKEN
     retry: {base: 10ms, cap: 50ms, max_attempts: 8}
-`, provider, base), 300)
+`, provider, base), n)
 
-	killed := 0
 	// The test reads the store itself to kill each drain while it has
 	// calls in flight: a fixed delay would, on a loaded machine, kill a
 	// drain that had not started claiming yet.
-	st, err := sqlite.Open(context.Background(), e.storePath, sqlite.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	inFlight := func() int {
-		ms, err := st.MessageList(context.Background(), &store.ListParams{State: state.Sending, Limit: 1000})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(ms)
-	}
-	for round := range 5 {
-		before := inFlight()
-		d := e.cmd("drain", "--follow", "--concurrency", "16")
-		if err := d.Start(); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(20 * time.Second); inFlight() <= before && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
-		}
-		time.Sleep(time.Duration(10*round) * time.Millisecond)
-		if err := d.Process.Signal(syscall.SIGKILL); err == nil {
-			killed++
-		}
-		_ = d.Wait()
+	st := b.watch(t)
+	var killed int
+	if kind == "sqlite" {
+		killed = killOneAtATime(t, e, st)
+	} else {
+		killed = killFiveOfEight(t, e, st, n)
 	}
 	if killed == 0 {
 		t.Fatal("no drain was killed: the test proved nothing")
@@ -192,7 +184,7 @@ identities:
 	// Cron drains: whatever is still queued (retries wait milliseconds).
 	for range 20 {
 		e.run("drain")
-		if !strings.Contains(e.run("list", "--state", "queued", "--limit", "1", "-o", "json"), `"key"`) {
+		if q, _, _ := queueCounts(t, st); q == 0 {
 			break
 		}
 		time.Sleep(60 * time.Millisecond)
@@ -206,7 +198,8 @@ identities:
 		}
 	}
 	counts := map[string]int{}
-	for _, r := range e.rows() {
+	rows := e.rows()
+	for _, r := range rows {
 		counts[r.State]++
 		switch r.State {
 		case "sent":
@@ -219,11 +212,116 @@ identities:
 			t.Errorf("%s ended %s (delivered %d times)", r.Key, r.State, perRef[r.ID])
 		}
 	}
-	if len(e.rows()) != 300 {
-		t.Errorf("%d rows, want 300", len(e.rows()))
+	if len(rows) != n {
+		t.Errorf("%d rows, want %d", len(rows), n)
 	}
 	if counts["sending"]+counts["unknown"] == 0 {
 		t.Errorf("states %v: no call was in flight at a kill and no answer was lost; the test proved nothing", counts)
 	}
 	t.Logf("after %d kills: %v, %d deliveries", killed, counts, len(perRef))
+}
+
+// sendingBy returns how many rows are in sending, and how many of them
+// are leased by the process pid (leases name host:pid:random).
+func sendingBy(t *testing.T, st store.Store, pid int) (all, mine int) {
+	t.Helper()
+	ms, err := st.MessageList(context.Background(), &store.ListParams{State: state.Sending, Limit: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := fmt.Sprintf(":%d:", pid)
+	for _, m := range ms {
+		if strings.Contains(m.LeaseOwner, tag) {
+			mine++
+		}
+	}
+	return len(ms), mine
+}
+
+// killOneAtATime runs one drain at a time, five times, each killed once
+// the store shows it has calls in flight.
+func killOneAtATime(t *testing.T, e *msgqEnv, st store.Store) (killed int) {
+	for round := range 5 {
+		d := e.cmd("drain", "--follow", "--concurrency", "16")
+		if err := d.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if _, mine := sendingBy(t, st, d.Process.Pid); mine > 0 {
+				break
+			}
+		}
+		time.Sleep(time.Duration(10*round) * time.Millisecond)
+		if err := d.Process.Signal(syscall.SIGKILL); err == nil {
+			killed++
+		}
+		_ = d.Wait()
+	}
+	return killed
+}
+
+// killFiveOfEight runs eight drains at once and kills five of them, each
+// once the share of the queue in its schedule is done and the store shows
+// the drain has calls in flight. The other three finish the queue (rows
+// the killed ones leased stay in sending) and exit 0 on SIGTERM.
+func killFiveOfEight(t *testing.T, e *msgqEnv, st store.Store, n int) (killed int) {
+	var drains []*drainProc
+	for range 8 {
+		drains = append(drains, startDrain(t, e, "--follow", "--concurrency", "8"))
+	}
+	dead := map[int]bool{}
+	for i, share := range []float64{0, 0.1, 0.25, 0.4, 0.55} {
+		d := drains[i]
+		pid := d.cmd.Process.Pid
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			q, s, _ := queueCounts(t, st)
+			if float64(n-q-s) < share*float64(n) {
+				continue
+			}
+			if _, mine := sendingBy(t, st, pid); mine > 0 {
+				break
+			}
+			if q == 0 {
+				break // nothing left to catch it with
+			}
+		}
+		_, mine := sendingBy(t, st, pid)
+		if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = d.cmd.Wait()
+		dead[pid] = true
+		if mine > 0 {
+			killed++
+		}
+		t.Logf("killed drain %d with %d rows leased (share %.2f done)", i, mine, share)
+	}
+	// The survivors finish: nothing queued, and every row still in
+	// sending is leased by a dead drain.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		q, s, _ := queueCounts(t, st)
+		orphans := 0
+		for pid := range dead {
+			_, mine := sendingBy(t, st, pid)
+			orphans += mine
+		}
+		if q == 0 && s == orphans {
+			break
+		}
+		if time.Now().After(deadline) {
+			for i, d := range drains[5:] {
+				t.Logf("survivor %d stderr:\n%s", i, d.stderr.String())
+			}
+			t.Fatalf("the survivors left %d queued and %d sending (%d of them leased by killed drains)", q, s, orphans)
+		}
+	}
+	for i, d := range drains[5:] {
+		if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.cmd.Wait(); err != nil {
+			t.Errorf("survivor %d after SIGTERM: %v: %s", i, err, d.stderr.String())
+		}
+	}
+	return killed
 }
