@@ -23,11 +23,12 @@ func (m msgqSide) open(ctx context.Context, st string, seq int) (queue, error) {
 	switch st {
 	case storePostgres:
 		schema := fmt.Sprintf("versus_msgq_%d_%d", time.Now().UnixNano(), seq)
-		s, err := postgres.Open(ctx, m.o.PostgresURL, postgres.Options{Schema: schema})
+		app := appName(m.name(), seq)
+		s, err := postgres.Open(ctx, withApp(m.o.PostgresURL, app), postgres.Options{Schema: schema})
 		if err != nil {
 			return nil, err
 		}
-		return &msgqQueue{o: m.o, s: s, cleanup: func() (tally, error) { s.Close(); return tallyAndDrop(m.o.PostgresURL, schema) }}, nil
+		return &msgqQueue{o: m.o, s: s, appName: app, cleanup: func() (tally, error) { s.Close(); return tallyAndDrop(m.o.PostgresURL, schema) }}, nil
 	case storeSQLite:
 		path := filepath.Join(m.o.Dir, fmt.Sprintf("msgq-%d.db", seq))
 		s, err := sqlite.Open(ctx, path, sqlite.Options{})
@@ -42,6 +43,7 @@ func (m msgqSide) open(ctx context.Context, st string, seq int) (queue, error) {
 type msgqQueue struct {
 	o       *Options
 	s       store.Store
+	appName string
 	cleanup func() (tally, error)
 	tally   tally
 }
@@ -105,3 +107,4 @@ func (q *msgqQueue) close() (err error) {
 }
 
 func (q *msgqQueue) writes() tally { return q.tally }
+func (q *msgqQueue) app() string   { return q.appName }

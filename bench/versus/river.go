@@ -40,12 +40,13 @@ func (r riverSide) open(ctx context.Context, st string, seq int) (queue, error) 
 		if err := createSchema(ctx, r.o.PostgresURL, schema); err != nil {
 			return nil, err
 		}
-		pool, err := pgxpool.New(ctx, r.o.PostgresURL)
+		app := appName(r.name(), seq)
+		pool, err := pgxpool.New(ctx, withApp(r.o.PostgresURL, app))
 		if err != nil {
 			return nil, errors.Join(err, dropSchema(r.o.PostgresURL, schema))
 		}
 		cleanup := func() (tally, error) { pool.Close(); return tallyAndDrop(r.o.PostgresURL, schema) }
-		q, err := newRiverQueue(ctx, r.o, riverpgxv5.New(pool), schema, cleanup)
+		q, err := newRiverQueue(ctx, r.o, riverpgxv5.New(pool), schema, app, cleanup)
 		if err != nil {
 			_, cerr := cleanup()
 			return nil, errors.Join(err, cerr)
@@ -70,7 +71,7 @@ func (r riverSide) open(ctx context.Context, st string, seq int) (queue, error) 
 			return nil, errors.Join(fmt.Errorf("river sqlite: synchronous %d, want 2 (FULL)", sync), err, db.Close())
 		}
 		cleanup := func() (tally, error) { return nil, errors.Join(db.Close(), removeSQLite(path)) }
-		q, err := newRiverQueue(ctx, r.o, riversqlite.New(db), "", cleanup)
+		q, err := newRiverQueue(ctx, r.o, riversqlite.New(db), "", "", cleanup)
 		if err != nil {
 			_, cerr := cleanup()
 			return nil, errors.Join(err, cerr)
@@ -84,11 +85,12 @@ func (r riverSide) open(ctx context.Context, st string, seq int) (queue, error) 
 type riverQueue[TTx any] struct {
 	o       *Options
 	client  *river.Client[TTx]
+	appName string
 	cleanup func() (tally, error)
 	tally   tally
 }
 
-func newRiverQueue[TTx any](ctx context.Context, o *Options, driver riverdriver.Driver[TTx], schema string, cleanup func() (tally, error)) (*riverQueue[TTx], error) {
+func newRiverQueue[TTx any](ctx context.Context, o *Options, driver riverdriver.Driver[TTx], schema, app string, cleanup func() (tally, error)) (*riverQueue[TTx], error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema, Logger: logger})
 	if err != nil {
@@ -113,7 +115,7 @@ func newRiverQueue[TTx any](ctx context.Context, o *Options, driver riverdriver.
 	if err != nil {
 		return nil, err
 	}
-	return &riverQueue[TTx]{o: o, client: client, cleanup: cleanup}, nil
+	return &riverQueue[TTx]{o: o, client: client, appName: app, cleanup: cleanup}, nil
 }
 
 func (q *riverQueue[TTx]) insertMany(ctx context.Context, rs []row) (replayed int, err error) {
@@ -185,6 +187,7 @@ func (q *riverQueue[TTx]) close() (err error) {
 }
 
 func (q *riverQueue[TTx]) writes() tally { return q.tally }
+func (q *riverQueue[TTx]) app() string   { return q.appName }
 
 func createSchema(ctx context.Context, url, schema string) error {
 	c, err := pgx.Connect(ctx, url)

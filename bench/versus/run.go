@@ -40,6 +40,14 @@ type queue interface {
 	// writes returns, after close, what the queue's PostgreSQL tables
 	// took (nil for SQLite).
 	writes() tally
+	// app is the application_name of the queue's PostgreSQL connections
+	// ("" for SQLite).
+	app() string
+}
+
+// appName is the application_name of queue seq of a side.
+func appName(side string, seq int) string {
+	return fmt.Sprintf("versus_%s_%d", strings.ToLower(side), seq)
 }
 
 // workload names one row of the table.
@@ -53,10 +61,14 @@ type results struct {
 	rates map[workload]map[string][]float64
 	// tallies is run 1's PostgreSQL writes per side.
 	tallies map[string]tally
+	// cpu is each run's CPU per message, in µs.
+	cpu map[workload]map[string]*cpuRuns
 }
 
+type cpuRuns struct{ client, server []float64 }
+
 func newResults() *results {
-	return &results{rates: map[workload]map[string][]float64{}, tallies: map[string]tally{}}
+	return &results{rates: map[workload]map[string][]float64{}, tallies: map[string]tally{}, cpu: map[workload]map[string]*cpuRuns{}}
 }
 
 func (r *results) add(w workload, side string, rate float64) {
@@ -64,6 +76,19 @@ func (r *results) add(w workload, side string, rate float64) {
 		r.rates[w] = map[string][]float64{}
 	}
 	r.rates[w][side] = append(r.rates[w][side], rate)
+}
+
+func (r *results) addCPU(w workload, side string, n int, client, server time.Duration) {
+	if r.cpu[w] == nil {
+		r.cpu[w] = map[string]*cpuRuns{}
+	}
+	c := r.cpu[w][side]
+	if c == nil {
+		c = &cpuRuns{}
+		r.cpu[w][side] = c
+	}
+	c.client = append(c.client, float64(client.Microseconds())/float64(n))
+	c.server = append(c.server, float64(server.Microseconds())/float64(n))
 }
 
 func run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
@@ -105,6 +130,7 @@ func run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "versus: load average %s\n", env.loadAfter)
 	env.write(stdout, o)
 	writeTable(stdout, o, res)
+	writeCPU(stdout, o, res)
 	writeTallies(stdout, o, res.tallies)
 	return nil
 }
@@ -140,12 +166,15 @@ func measure(ctx context.Context, o *Options, sd side, st string, r, seq int, re
 		if err != nil {
 			return err
 		}
+		meter := startCPU(o.PostgresURL, q.app())
 		d, err = q.work(ctx, len(rs))
+		cl, sv := meter.stop()
 		stopProfile()
 		if err != nil {
 			return fmt.Errorf("work: %w", err)
 		}
 		res.add(workload{st, "work"}, sd.name(), rate(len(rs), d))
+		res.addCPU(workload{st, "work"}, sd.name(), len(rs), cl, sv)
 		fmt.Fprintf(stderr, "run %d %-6s %-8s work        %7d msgs in %8s: %8.0f msgs/s\n", r, st, sd.name(), len(rs), d.Round(time.Millisecond), rate(len(rs), d))
 		return nil
 	}()

@@ -1,0 +1,44 @@
+package versus
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestMainRunsEveryWorkloadOnce runs the whole comparison with tiny
+// counts: SQLite always, PostgreSQL when MSGQ_TEST_POSTGRES_URL is set.
+func TestMainRunsEveryWorkloadOnce(t *testing.T) {
+	args := []string{"-n", "300", "-one", "20", "-runs", "1", "-dir", t.TempDir(), "-stores", "sqlite"}
+	if url := os.Getenv("MSGQ_TEST_POSTGRES_URL"); url != "" {
+		args = append(args, "-stores", "postgres,sqlite", "-postgres", url)
+	} else {
+		t.Log("MSGQ_TEST_POSTGRES_URL is not set: SQLite only")
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"| SQLite: insert 300 unique rows in batches", "| SQLite: insert 20 unique rows one at a time", "| SQLite: work 300"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if os.Getenv("MSGQ_TEST_POSTGRES_URL") != "" && !strings.Contains(out, "attempts 1.00/0.00/0.00, history 3.00/0.00/0.00, messages 1.00/2.00/0.00") {
+		t.Errorf("msgq's writes per message are not one attempt, three history rows and a message updated twice:\n%s", out)
+	}
+}
+
+func TestMainRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"-runs", "0", "-stores", "sqlite"}, &stdout, &stderr); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if !strings.Contains(stderr.String(), "Try: versus -h") {
+		t.Errorf("no hint: %s", stderr.String())
+	}
+}
