@@ -137,7 +137,9 @@ func runHealth(ctx context.Context, a *app, ts []threshold) error {
 	if err != nil {
 		return err
 	}
-	s, err := st.Stats(ctx, &store.StatsParams{})
+	// health reads no recent figure (attempts by class, latency): the
+	// smallest window keeps their queries from costing anything.
+	s, err := st.Stats(ctx, &store.StatsParams{Window: store.Resolution})
 	if err != nil {
 		return err
 	}
