@@ -68,6 +68,11 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		if err != nil {
 			return err
 		}
+		// The clock again, now that the identities' slots are locked: a
+		// claim that waited for another's lock must not hand out slots
+		// counted from before its wait, which have passed by now, so that
+		// two calls to a recipient would start together.
+		now, _ = p.Window(s.now)
 		res, err := state.Transition(state.Queued, state.Event{Kind: state.Claim})
 		if err != nil {
 			return err

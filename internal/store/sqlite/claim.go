@@ -21,13 +21,16 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	now, horizon := p.Window(s.now)
-
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: claim: %w", err)
 	}
 	defer tx.Rollback()
+	// The clock is read once the write lock is held: a claim that waited
+	// for it (other drains, a long enqueue) must not hand out pacing
+	// slots counted from before its wait, which have passed by now, so
+	// that two calls to a recipient would start together.
+	now, horizon := p.Window(s.now)
 
 	if err := s.expireDue(ctx, tx, now); err != nil {
 		return nil, err
