@@ -120,13 +120,17 @@ func runSend(ctx context.Context, a *app, o *sendOptions) error {
 	if err != nil {
 		return err
 	}
-	st, err := a.store(ctx)
-	if err != nil {
+	var res *store.EnqueueResult
+	err = a.retryLostConnection(ctx, func() error {
+		st, err := a.store(ctx)
+		if err != nil {
+			return err
+		}
+		res, err = st.MessageEnqueue(ctx, &p)
 		return err
-	}
-	res, err := st.MessageEnqueue(ctx, &p)
+	})
 	if err != nil {
-		return err
+		return redactErr(a.cfg.Store, err)
 	}
 	m := res.Message
 	a.log.Debug("enqueued", "id", m.ID, "key", m.Key, "to", phone.Mask(m.To), "replayed", res.Replayed)

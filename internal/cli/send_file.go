@@ -66,9 +66,12 @@ func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
 		return err
 	}
 	defer in.Close()
-	st, err := a.store(ctx)
-	if err != nil {
+	var st store.Store
+	if err := a.retryLostConnection(ctx, func() (err error) {
+		st, err = a.store(ctx)
 		return err
+	}); err != nil {
+		return redactErr(a.cfg.Store, err)
 	}
 	b := &bulk{a: a, st: st, defs: a.sendDefaults(o), out: bufio.NewWriterSize(a.ios.Out, 64<<10)}
 
@@ -211,10 +214,21 @@ func (b *bulk) flush(ctx context.Context, bt *batch) error {
 	if len(bt.lines) == 0 {
 		return nil
 	}
-	res, err := b.st.MessageEnqueueMany(ctx, bt.params)
+	// A batch whose connection was lost is written again: lines its lost
+	// commit did write come back as replays of their rows.
+	var res []store.EnqueueResult
+	err := b.a.retryLostConnection(ctx, func() (err error) {
+		res, err = b.st.MessageEnqueueMany(ctx, bt.params)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("enqueue lines %d-%d (nothing of them was written; earlier lines were): %w",
-			bt.lines[0].Line, bt.lines[len(bt.lines)-1].Line, err)
+		first, last := bt.lines[0].Line, bt.lines[len(bt.lines)-1].Line
+		err = redactErr(b.a.cfg.Store, err)
+		if connectionLost(err) {
+			// The commit's answer may be what was lost.
+			return fmt.Errorf("enqueue lines %d-%d (they may have been written, earlier lines were; running the file again is safe): %w", first, last, err)
+		}
+		return fmt.Errorf("enqueue lines %d-%d (nothing of them was written; earlier lines were): %w", first, last, err)
 	}
 	b.counts.lines += len(bt.lines)
 	for i := range bt.lines {

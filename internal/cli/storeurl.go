@@ -33,12 +33,35 @@ func openStore(ctx context.Context, raw string, noMigrate bool) (store.Store, er
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		st, err := postgres.Open(ctx, raw, postgres.Options{NoMigrate: noMigrate})
 		if err != nil {
-			// The driver's message may quote the URL; never print its password.
-			return nil, fmt.Errorf("store %s: %s", redactURL(raw), strings.ReplaceAll(err.Error(), passwordOf(raw), "xxxxx"))
+			return nil, redactErr(raw, fmt.Errorf("store %s: %w", redactURL(raw), err))
 		}
 		return st, nil
 	}
 	return nil, usagef("unknown store %q (want sqlite:PATH or postgres://...)", redactURL(raw))
+}
+
+// redactedError is an error whose message had a store URL's password
+// taken out. It keeps the driver's error underneath, so that callers can
+// still tell a lost connection from a refusal.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// redactErr hides the password of the store URL raw wherever err's
+// message shows it: the driver's message may quote the URL.
+func redactErr(raw string, err error) error {
+	if err == nil {
+		return nil
+	}
+	pw := passwordOf(raw)
+	if !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return &redactedError{strings.ReplaceAll(err.Error(), pw, "xxxxx"), err}
 }
 
 // passwordOf returns the password in a URL, or a string that never occurs.

@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// storeRetryFor bounds how long send keeps trying a store it cannot reach:
+// long enough to ride out a database restart or failover, short enough
+// that a script calling send is not held up for long by a database that
+// is really gone.
+const storeRetryFor = 10 * time.Second
+
+// retryLostConnection runs op (open the store and write) until it
+// succeeds, fails in a way that is not a lost connection, ctx ends, or
+// storeRetryFor has passed. Retrying a send is safe: its key makes a
+// second write of a row that the first attempt did commit (its answer
+// lost with the connection) a replay of that row, never a second row.
+func (a *app) retryLostConnection(ctx context.Context, op func() error) error {
+	start := time.Now()
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := op()
+		if err == nil || ctx.Err() != nil || !connectionLost(err) {
+			return err
+		}
+		// Full jitter: many senders that lost one database together do not
+		// come back in step.
+		pause := time.Duration(rand.Int64N(int64(wait))) + wait/2
+		if time.Since(start)+pause > storeRetryFor {
+			return fmt.Errorf("%w (gave up after %d attempts in %.1fs)", err, attempt, time.Since(start).Seconds())
+		}
+		a.log.Warn("store unreachable; retrying", "attempt", attempt, "err", redactErr(a.cfg.Store, err).Error(), "in", pause.Round(time.Millisecond))
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		wait = min(wait*2, 2*time.Second)
+	}
+}
+
+// connectionLost says err is the database being out of reach (refused,
+// reset, a dropped connection, a server shutting down or not yet up), as
+// opposed to an answer: a refusal (constraint, permission, bad password,
+// no such database) is the same on every try and is never retried.
+func connectionLost(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "57P01", "57P02", "57P03", // admin shutdown, crash shutdown, cannot connect now
+			"53300": // too many connections
+			return true
+		}
+		return strings.HasPrefix(pe.Code, "08") // connection exception
+	}
+	var cert x509.CertificateInvalidError
+	var unknownCA x509.UnknownAuthorityError
+	var host x509.HostnameError
+	if errors.As(err, &cert) || errors.As(err, &unknownCA) || errors.As(err, &host) {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || pgconn.SafeToRetry(err) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+}
