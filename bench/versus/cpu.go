@@ -15,16 +15,18 @@ import (
 )
 
 // withApp returns the PostgreSQL URL u with application_name set to app, so
-// that the server's backends of one queue can be told apart. A URL that
-// does not parse is returned as it is (its server CPU is then not counted).
+// that the server's backends of one queue can be told apart. The parameter
+// is appended, leaving the others as they were written. A URL that does
+// not parse is returned as it is (its server CPU is then not counted).
 func withApp(u, app string) string {
 	p, err := url.Parse(u)
 	if err != nil || (p.Scheme != "postgres" && p.Scheme != "postgresql") {
 		return u
 	}
-	q := p.Query()
-	q.Set("application_name", app)
-	p.RawQuery = q.Encode()
+	if p.RawQuery != "" {
+		p.RawQuery += "&"
+	}
+	p.RawQuery += "application_name=" + url.QueryEscape(app)
 	return p.String()
 }
 

@@ -63,3 +63,16 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+func TestWithAppLeavesTheOtherParametersAlone(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"postgres://u@h/db": "postgres://u@h/db?application_name=versus_msgq_1",
+		"postgres://u@h/db?options=-c%20a%3Db&sslmode=x": "postgres://u@h/db?options=-c%20a%3Db&sslmode=x&application_name=versus_msgq_1",
+		"host=h dbname=db": "host=h dbname=db",
+	} {
+		if got := withApp(in, "versus_msgq_1"); got != want {
+			t.Errorf("withApp(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
