@@ -35,7 +35,8 @@ operating-system user) and why (--note) go into its history and resolution.
 
 Every other state is refused: a sending row may be on its way to the phone
 right now, an unknown one may have reached it (see msgq resolve), and finished
-rows are settled.
+rows are settled. A refusal is one line naming the row and its state; it exits
+1 and writes nothing.
 
 ` + exitStatusHelp,
 		Example: `  msgq cancel order-1001-shipped

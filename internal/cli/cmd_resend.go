@@ -56,7 +56,8 @@ Which originals may be resent:
 
 NEWKEY follows the rules of msgq send: running the same resend again returns the
 row it created (replayed: true) and writes nothing; a NEWKEY that already names
-another message is refused with exit 3.
+another message is refused with exit 3. A refusal by state is one line naming
+the row and its state; it exits 1 and writes nothing.
 
 ` + exitStatusHelp,
 		Example: `  msgq resend order-1001-shipped --key order-1001-shipped-r2

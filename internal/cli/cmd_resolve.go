@@ -53,7 +53,8 @@ The verdict, the note and who gave it (--by, default the operating-system user)
 go into the row's history and its resolution. Every other state is refused:
 finished rows (sent, failed, delivered, read) are settled, a queued row has not
 gone out (use msgq cancel), and a sending row whose lease is still live belongs
-to the drain that holds it.
+to the drain that holds it. A refusal is one line naming the row and its
+state; it exits 1 and writes nothing.
 
 ` + exitStatusHelp,
 		Example: `  msgq resolve order-1001-shipped --as sent --note "customer confirmed on the phone"
