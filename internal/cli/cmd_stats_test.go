@@ -453,3 +453,77 @@ func jsonShape(v any) string {
 
 // opsMatch says whether the regular expression re matches s.
 func opsMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }
+
+// TestStatsHealthAndPurgeRefuseBadInputBeforeTouchingTheStore: each bad
+// input exits 2 with one line naming what is wrong, and no store is
+// created.
+func TestStatsHealthAndPurgeRefuseBadInputBeforeTouchingTheStore(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "never.db")
+	cfg := opsConfig(t, "log_level: warn\n")
+	badValue := opsConfig(t, "health:\n  max_sending_past_lease: lots\n")
+	for _, c := range []struct {
+		args []string
+		err  string
+	}{
+		{[]string{"stats", "--window", "0s"}, `--window must be positive \(got 0s\)`},
+		{[]string{"stats", "--window", "-1m"}, `--window must be positive \(got -1m0s\)`},
+		{[]string{"stats", "--window", "soon"}, `invalid argument "soon" for "--window" flag: .*`},
+		{[]string{"stats", "now"}, `want no arguments, got 1 argument\(s\)`},
+		{[]string{"stats", "-o", "yaml"}, `unknown output format "yaml" \(want table, json or prometheus\)`},
+		{[]string{"list", "-o", "prometheus"}, `output format "prometheus" is only for msgq stats \(want table or json\)`},
+		{[]string{"show", "k", "-o", "prometheus"}, `output format "prometheus" is only for msgq stats \(want table or json\)`},
+		{[]string{"health", "--max-stuck", "0", "-o", "prometheus"}, `output format "prometheus" is only for msgq stats \(want table or json\)`},
+		{[]string{"purge", "--older-than", "1d", "-o", "prometheus"}, `output format "prometheus" is only for msgq stats \(want table or json\)`},
+		{[]string{"health"}, `no thresholds: give at least one of .*`},
+		{[]string{"health", "--max-stuck", "many"}, `--max-stuck \(health.max_stuck\) "many": want a count of 0 or more`},
+		{[]string{"health", "--max-unknown", "1.5"}, `--max-unknown \(health.max_unknown\) "1.5": want a count of 0 or more`},
+		{[]string{"health", "--max-sending-past-lease", "-2"}, `--max-sending-past-lease \(health.max_sending_past_lease\) "-2": want a count of 0 or more`},
+		{[]string{"health", "--max-oldest-queued", "5"}, `--max-oldest-queued \(health.max_oldest_queued\) "5": want a duration like 90d, 36h or 30m`},
+		{[]string{"health", "--max-oldest-queued", "-5m"}, `--max-oldest-queued \(health.max_oldest_queued\) "-5m": must not be negative`},
+		{[]string{"health", "--max-stuck", "0", "extra"}, `want no arguments, got 1 argument\(s\)`},
+		{[]string{"health", "--config", badValue}, `--max-sending-past-lease \(health.max_sending_past_lease\) "lots": want a count of 0 or more`},
+		{[]string{"purge"}, `--older-than is required \(e.g. --older-than 90d\)`},
+		{[]string{"purge", "--older-than", "d"}, `--older-than "d": want a duration like 90d, 36h or 30m`},
+		{[]string{"purge", "--older-than", "1.5d"}, `--older-than "1.5d": want a duration like 90d, 36h or 30m`},
+		{[]string{"purge", "--older-than", "1d-1h"}, `--older-than "1d-1h": must not be negative`},
+		{[]string{"purge", "--older-than", "99999999d"}, `--older-than "99999999d": want a duration like 90d, 36h or 30m`},
+		{[]string{"purge", "--older-than", "90d", "--dry-run=maybe"}, `invalid argument "maybe" for "--dry-run" flag: .*`},
+		{[]string{"purge", "--older-than", "90d", "extra"}, `want no arguments, got 1 argument\(s\)`},
+	} {
+		args := c.args
+		if !slices.Contains(args, "--config") {
+			args = append([]string{"--config", cfg}, args...)
+		}
+		var out, errb bytes.Buffer
+		code := cli.Run(context.Background(), append([]string{"--store", "sqlite:" + path}, args...),
+			&cli.IOStreams{In: strings.NewReader(""), Out: &out, Err: &errb})
+		if code != cli.ExitUsage || out.Len() != 0 || !opsMatch(`^msgq: `+c.err+"\n$", errb.String()) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and msgq: %s", c.args, code, out.String(), errb.String(), c.err)
+		}
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("a refused command created the store (%v)", err)
+	}
+}
+
+// TestStatsHealthAndPurgeHelp: examples and the exit codes in each help.
+func TestStatsHealthAndPurgeHelp(t *testing.T) {
+	t.Parallel()
+	for cmd, want := range map[string][]string{
+		"stats":  {"textfile collector", "-o prometheus", "--window", "Examples:", "EXIT STATUS"},
+		"health": {"--max-oldest-queued", "MSGQ_HEALTH_MAX_STUCK", "max_oldest_queued: 5m", "Examples:", "4  a check found something"},
+		"purge":  {"--older-than", "never sent again", "--dry-run", "Examples:", "EXIT STATUS"},
+	} {
+		var out bytes.Buffer
+		if code := cli.Run(context.Background(), []string{cmd, "--help"}, &cli.IOStreams{In: strings.NewReader(""), Out: &out, Err: &out}); code != 0 {
+			t.Fatalf("%s --help: exit %d", cmd, code)
+		}
+		for _, w := range want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s --help lacks %q", cmd, w)
+			}
+		}
+	}
+}
