@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	// second each was most of their time. A race in a child is still
 	// reported when it happens, and its exit code (66) still fails the test.
 	if !strings.Contains(os.Getenv("GORACE"), "atexit_sleep_ms") {
-		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=50"))
+		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=10"))
 	}
 	testscript.Main(m, map[string]func(){"msgq": func() { os.Exit(cli.Main()) }})
 }
