@@ -28,9 +28,9 @@ import (
 func TestDrainsOutliveLostDatabaseConnections(t *testing.T) {
 	t.Parallel()
 	const n = 3000
-	base := serveSim(t, "--latency", "30ms")
 	dir := t.TempDir()
 	b := newBackend(t, "postgres", dir)
+	base := serveSim(t, "--latency", "30ms")
 	// The drains' connections carry a name of their own, so that the test
 	// terminates theirs and nobody else's.
 	app := fmt.Sprintf("msgq_connloss_%d", rand.Uint32())
