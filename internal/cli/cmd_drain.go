@@ -88,6 +88,12 @@ an object on stdout.
 			}
 			st, err := a.store(cmd.Context())
 			if err != nil {
+				if cmd.Context().Err() != nil {
+					// Told to stop while still opening the store: nothing
+					// was claimed, so this is a clean stop, not a failure.
+					fmt.Fprintln(a.ios.Err, "drain: stopped before it started; nothing claimed")
+					return nil
+				}
 				return err
 			}
 			sum, err := drain.Run(cmd.Context(), drain.Config{

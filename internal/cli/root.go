@@ -131,7 +131,7 @@ func (a *app) store(ctx context.Context) (store.Store, error) {
 	if a.st != nil {
 		return a.st, nil
 	}
-	st, err := openStore(ctx, a.cfg.Store, false)
+	st, err := openStore(ctx, a.cfg.Store, false, a.log)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,8 +15,9 @@ import (
 )
 
 // openStore opens the store a --store value names. noMigrate leaves the
-// schema alone (msgq migrate applies it itself and reports what it did).
-func openStore(ctx context.Context, raw string, noMigrate bool) (store.Store, error) {
+// schema alone (msgq migrate applies it itself and reports what it did);
+// log receives what the store does on its own (nil: nothing).
+func openStore(ctx context.Context, raw string, noMigrate bool, log *slog.Logger) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(raw, "sqlite:"):
 		path := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite:"), "//")
@@ -31,7 +33,7 @@ func openStore(ctx context.Context, raw string, noMigrate bool) (store.Store, er
 		}
 		return sqlite.Open(ctx, path, sqlite.Options{NoMigrate: noMigrate})
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
-		st, err := postgres.Open(ctx, raw, postgres.Options{NoMigrate: noMigrate})
+		st, err := postgres.Open(ctx, raw, postgres.Options{NoMigrate: noMigrate, Log: log})
 		if err != nil {
 			return nil, redactErr(raw, fmt.Errorf("store %s: %w", redactURL(raw), err))
 		}

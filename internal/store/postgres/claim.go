@@ -327,7 +327,10 @@ func loadPace(ctx context.Context, tx pgx.Tx, cands []*store.Message, limits map
 				pc.LoadIdentity(id, next.UTC())
 				found[id] = true
 			}
-			return found, rs.Err()
+			if err := rs.Err(); err != nil {
+				return nil, fmt.Errorf("postgres: claim pacing: %w", err)
+			}
+			return found, nil
 		}
 		found, err := lock(ids)
 		if err != nil {
