@@ -268,6 +268,40 @@ func BenchmarkOps1M(b *testing.B) {
 		ms(b, t0)
 	})
 
+	b.Run("store/Stats-by-statement", func(b *testing.B) {
+		// Where Stats' time goes: each statement it issues, as issued,
+		// timed on its own (logged with -v; the op is all of them).
+		ts, err := Open(ctx, path, Options{NoMigrate: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ts.Close()
+		tr, db := traceReads(b, ts, path)
+		if _, err := ts.Stats(ctx, &store.StatsParams{Now: now}); err != nil {
+			b.Fatal(err)
+		}
+		stmts := tr.take()
+		spent := make([]time.Duration, len(stmts))
+		b.ResetTimer()
+		for range b.N {
+			for i, st := range stmts {
+				t0 := time.Now()
+				rs, err := db.QueryContext(ctx, st.query, st.args...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for rs.Next() {
+				}
+				rs.Close()
+				spent[i] += time.Since(t0)
+			}
+		}
+		b.StopTimer()
+		for i, st := range stmts {
+			b.Logf("%8.2f ms  %.110s", float64(spent[i].Microseconds())/1000/float64(b.N), strings.Join(strings.Fields(st.query), " "))
+		}
+	})
+
 	// The commands, as processes.
 	bin := filepath.Join(b.TempDir(), "msgq")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/msgq/msgq/cmd/msgq").CombinedOutput(); err != nil {
