@@ -73,6 +73,7 @@ func scriptParams(kind string, setup func(*testscript.Env) error) testscript.Par
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("XDG_DATA_HOME", filepath.Join(env.WorkDir, "data"))
 			env.Setenv("XDG_CONFIG_HOME", filepath.Join(env.WorkDir, "config"))
+			env.Values[simsKey{}] = map[string]*scriptSim{}
 			return setup(env)
 		},
 		Condition: func(cond string) (bool, error) {
@@ -83,7 +84,8 @@ func scriptParams(kind string, setup func(*testscript.Env) error) testscript.Par
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		RequireUniqueNames: true,
-		Cmds:               map[string]func(*testscript.TestScript, bool, []string){"exits": cmdExits, "sql": cmdSQL},
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){"exits": cmdExits, "sql": cmdSQL,
+			"simserve": cmdSimServe, "deliveries": cmdDeliveries},
 	}
 }
 

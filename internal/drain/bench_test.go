@@ -83,14 +83,22 @@ func BenchmarkDrainHTTPSim100ms(b *testing.B) {
 }
 
 // BenchmarkDrainPostgresInProcessSim is BenchmarkDrainSQLiteInProcessSim on
-// the local PostgreSQL (MSGQ_TEST_POSTGRES_URL), each run in a fresh schema.
+// the local PostgreSQL (MSGQ_TEST_POSTGRES_URL), each run in a fresh schema,
+// at several concurrencies: against a zero-latency provider the
+// concurrency is the batch size of claims and outcome writes.
 //
-//	MSGQ_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test go test -run '^$' -bench DrainPostgres -benchtime 2x ./internal/drain
+//	MSGQ_TEST_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test go test -run '^$' -bench DrainPostgres -benchtime 3x ./internal/drain
 func BenchmarkDrainPostgresInProcessSim(b *testing.B) {
 	url := os.Getenv("MSGQ_TEST_POSTGRES_URL")
 	if url == "" {
 		b.Skip("MSGQ_TEST_POSTGRES_URL is not set")
 	}
+	for _, conc := range []int{64, 256, 512} {
+		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) { benchDrainPostgres(b, url, conc) })
+	}
+}
+
+func benchDrainPostgres(b *testing.B, url string, concurrency int) {
 	const n = 20_000
 	var total time.Duration
 	for i := 0; i < b.N; i++ {
@@ -111,7 +119,7 @@ func BenchmarkDrainPostgresInProcessSim(b *testing.B) {
 			}
 		}
 		cfg := config(s, sim.New(sim.DefaultConfig()).Provider())
-		cfg.Concurrency = 64
+		cfg.Concurrency = concurrency
 		b.StartTimer()
 		start := time.Now()
 		sum, err := drain.Run(context.Background(), cfg)
