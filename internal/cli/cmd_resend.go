@@ -54,6 +54,9 @@ Which originals may be resent:
                              customer has it or will, and gets it again
   queued, sending            never: it may still go out (cancel a queued one first)
 
+A message that was already resent is refused again without --force: a second
+resend would reach the customer on top of the first.
+
 NEWKEY follows the rules of msgq send: running the same resend again returns the
 row it created (replayed: true) and writes nothing; a NEWKEY that already names
 another message is refused with exit 3. A refusal by state is one line naming
@@ -120,6 +123,17 @@ func runResend(ctx context.Context, a *app, o *resendOptions) error {
 	if existing == nil {
 		if err := resendAllowed(orig, o); err != nil {
 			return err
+		}
+		// A second resend (under yet another key) sends the content again
+		// on top of the first resend: that is a duplicate for the
+		// customer unless someone means it.
+		earlier, err := st.MessageList(ctx, &store.ListParams{Tenant: orig.Tenant, ResendOf: orig.ID, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if len(earlier) > 0 && !o.force {
+			return refusedf(state.ErrRefused, "cannot resend %s: it was already resent as %s (%s, %s); another resend may reach the customer twice; use --force to send it again anyway",
+				rowLabel(orig), earlier[0].Key, earlier[0].ID, earlier[0].State)
 		}
 	}
 	if orig.Payload == nil {

@@ -472,6 +472,7 @@ type ListParams struct {
 	To        string
 	Purpose   string
 	KeyPrefix string
+	ResendOf  string    // resends of this message id
 	Since     time.Time // created at or after
 	Limit     int       // 0: DefaultListLimit
 }

@@ -357,6 +357,9 @@ func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.M
 		// prefix+"\x7f" bounds every key that starts with prefix.
 		add("key >= ? AND key < ?", p.KeyPrefix, p.KeyPrefix+"\x7f")
 	}
+	if p.ResendOf != "" {
+		add("resend_of = ?", p.ResendOf)
+	}
 	if !p.Since.IsZero() {
 		add("created_at >= ?", p.Since.UTC())
 	}

@@ -316,6 +316,9 @@ func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.M
 		// that starts with prefix.
 		where, args = append(where, "key >= ? AND key < ?"), append(args, p.KeyPrefix, p.KeyPrefix+"\x7f")
 	}
+	if p.ResendOf != "" {
+		where, args = append(where, "resend_of = ?"), append(args, p.ResendOf)
+	}
 	if !p.Since.IsZero() {
 		where, args = append(where, "created_at >= ?"), append(args, micros(p.Since))
 	}

@@ -394,6 +394,10 @@ func testList(t *testing.T, h Harness) {
 	e := mk("orderX", "+15551230003", "marketing")
 	must[*store.Message](t)(s.MessageTransition(ctx, &store.TransitionParams{
 		ID: d.ID, From: state.Queued, Event: state.Event{Kind: state.Cancel}, Source: store.SourceOperator}))
+	rp := Params("promo-1-r2")
+	rp.To, rp.Purpose, rp.ResendOf = "+15551230003", "marketing", d.ID
+	clk.Advance(time.Second)
+	r := must[*store.EnqueueResult](t)(s.MessageEnqueue(ctx, &rp)).Message
 
 	keys := func(ms []store.Message) []string {
 		var out []string
@@ -407,17 +411,19 @@ func testList(t *testing.T, h Harness) {
 		p    store.ListParams
 		want []string
 	}{
-		{"everything newest first", store.ListParams{}, []string{e.Key, d.Key, c.Key, b.Key, a.Key}},
+		{"everything newest first", store.ListParams{}, []string{r.Key, e.Key, d.Key, c.Key, b.Key, a.Key}},
 		{"by state", store.ListParams{State: state.Failed}, []string{d.Key}},
 		{"by recipient", store.ListParams{To: "+15551230001"}, []string{c.Key, a.Key}},
 		{"by purpose", store.ListParams{Purpose: "shipping"}, []string{b.Key, a.Key}},
 		{"by key prefix", store.ListParams{KeyPrefix: "order"}, []string{e.Key, c.Key, b.Key, a.Key}},
 		{"by key prefix with an underscore, taken literally", store.ListParams{KeyPrefix: "order_"}, []string{b.Key, a.Key}},
 		{"by key prefix with a dot", store.ListParams{KeyPrefix: "order."}, []string{c.Key}},
-		{"since a time", store.ListParams{Since: c.CreatedAt}, []string{e.Key, d.Key, c.Key}},
-		{"with a limit", store.ListParams{Limit: 2}, []string{e.Key, d.Key}},
+		{"since a time", store.ListParams{Since: c.CreatedAt}, []string{r.Key, e.Key, d.Key, c.Key}},
+		{"with a limit", store.ListParams{Limit: 2}, []string{r.Key, e.Key}},
+		{"resends of a message", store.ListParams{ResendOf: d.ID}, []string{r.Key}},
+		{"resends of a message never resent", store.ListParams{ResendOf: e.ID}, nil},
 		{"in a tenant", store.ListParams{Tenant: "acme"}, nil},
-		{"filters combined", store.ListParams{Purpose: "marketing", State: state.Queued, To: "+15551230003"}, []string{e.Key}},
+		{"filters combined", store.ListParams{Purpose: "marketing", State: state.Queued, To: "+15551230003"}, []string{r.Key, e.Key}},
 	} {
 		got := keys(must[[]store.Message](t)(s.MessageList(ctx, &tc.p)))
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
