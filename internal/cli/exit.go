@@ -15,15 +15,15 @@ const (
 	ExitError    = 1 // a runtime error: the store, the network, a bug
 	ExitUsage    = 2 // bad input: nothing was written
 	ExitConflict = 3 // an idempotency key reused with a different body
-	ExitFound    = 4 // a check found something (stuck, health)
+	ExitFound    = 4 // a check found something (stuck, reconcile, health)
 )
 
 const exitStatusHelp = `EXIT STATUS
   0  ok
-  1  runtime error (store, network)
+  1  runtime error (store, network), or a refused state change (one line says why; nothing was written)
   2  bad input or usage; nothing was written
   3  idempotency conflict: the key exists with a different body (the existing id is named)
-  4  a check found something (stuck, health)`
+  4  a check found something (stuck --fail-if-any, reconcile --fail-if-unresolved, health)`
 
 // usageError is input msgq refuses before doing anything.
 type usageError struct{ err error }
