@@ -93,7 +93,7 @@ func BenchmarkDrainPostgresInProcessSim(b *testing.B) {
 	if url == "" {
 		b.Skip("MSGQ_TEST_POSTGRES_URL is not set")
 	}
-	for _, conc := range []int{64, 256, 512} {
+	for _, conc := range []int{64, 256, 512, 1024} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) { benchDrainPostgres(b, url, conc) })
 	}
 }
