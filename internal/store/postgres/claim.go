@@ -237,11 +237,16 @@ SELECT ` + prefixed("u.", messageCols) + `, greatest($1, ip.next_at, rp.next_at)
 FROM u LEFT JOIN identity_pace ip ON ip.identity = u.identity
 	LEFT JOIN recipient_pace rp ON rp.identity = u.identity AND rp.recipient = u.recipient`
 	var claimed []store.Claimed
-	err = s.inTx(ctx, "claim", func(tx pgx.Tx) error {
+	err = func() error {
+		// One batch, one round trip: PostgreSQL runs what comes before the
+		// batch's Sync as one transaction and commits it at the Sync, so
+		// the claim is durable once br.Close has read the answer, before
+		// any call is made. (set_config(..., true) lasts as long as that
+		// transaction.)
 		b := &pgx.Batch{}
 		queueClaimPrelude(b, now)
 		b.Queue(q, args...)
-		br := tx.SendBatch(ctx, b)
+		br := s.pool.SendBatch(ctx, b)
 		defer br.Close()
 		for range 2 {
 			if _, err := br.Exec(); err != nil {
@@ -265,8 +270,11 @@ FROM u LEFT JOIN identity_pace ip ON ip.identity = u.identity
 			return fmt.Errorf("postgres: claim: %w", err)
 		}
 		rs.Close()
-		return br.Close()
-	})
+		if err := br.Close(); err != nil {
+			return fmt.Errorf("postgres: claim: commit: %w", err)
+		}
+		return nil
+	}()
 	if err != nil {
 		return nil, err
 	}
