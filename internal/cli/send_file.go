@@ -15,6 +15,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/postgres"
 )
 
 // bulkBatch is how many lines one transaction carries: large enough to
@@ -224,7 +225,7 @@ func (b *bulk) flush(ctx context.Context, bt *batch) error {
 	if err != nil {
 		first, last := bt.lines[0].Line, bt.lines[len(bt.lines)-1].Line
 		err = redactErr(b.a.cfg.Store, err)
-		if connectionLost(err) {
+		if postgres.ConnectionLost(err) {
 			// The commit's answer may be what was lost.
 			return fmt.Errorf("enqueue lines %d-%d (they may have been written, earlier lines were; running the file again is safe): %w", first, last, err)
 		}

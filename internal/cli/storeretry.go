@@ -2,17 +2,11 @@ package cli
 
 import (
 	"context"
-	"crypto/x509"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net"
-	"strings"
-	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/msgq/msgq/internal/store/postgres"
 )
 
 // storeRetryFor bounds how long send keeps trying a store it cannot reach:
@@ -31,7 +25,7 @@ func (a *app) retryLostConnection(ctx context.Context, op func() error) error {
 	wait := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := op()
-		if err == nil || ctx.Err() != nil || !connectionLost(err) {
+		if err == nil || ctx.Err() != nil || !postgres.ConnectionLost(err) {
 			return err
 		}
 		// Full jitter: many senders that lost one database together do not
@@ -50,31 +44,4 @@ func (a *app) retryLostConnection(ctx context.Context, op func() error) error {
 		}
 		wait = min(wait*2, 2*time.Second)
 	}
-}
-
-// connectionLost says err is the database being out of reach (refused,
-// reset, a dropped connection, a server shutting down or not yet up), as
-// opposed to an answer: a refusal (constraint, permission, bad password,
-// no such database) is the same on every try and is never retried.
-func connectionLost(err error) bool {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		switch pe.Code {
-		case "57P01", "57P02", "57P03", // admin shutdown, crash shutdown, cannot connect now
-			"53300": // too many connections
-			return true
-		}
-		return strings.HasPrefix(pe.Code, "08") // connection exception
-	}
-	var cert x509.CertificateInvalidError
-	var unknownCA x509.UnknownAuthorityError
-	var host x509.HostnameError
-	if errors.As(err, &cert) || errors.As(err, &unknownCA) || errors.As(err, &host) {
-		return false
-	}
-	var ce *pgconn.ConnectError
-	var ne net.Error
-	return errors.As(err, &ce) || pgconn.SafeToRetry(err) || errors.As(err, &ne) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
