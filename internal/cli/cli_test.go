@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -85,7 +87,7 @@ func scriptParams(kind string, setup func(*testscript.Env) error) testscript.Par
 		},
 		RequireUniqueNames: true,
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){"exits": cmdExits, "sql": cmdSQL,
-			"simserve": cmdSimServe, "deliveries": cmdDeliveries},
+			"simserve": cmdSimServe, "deliveries": cmdDeliveries, "jsonvar": cmdJSONVar, "expand": cmdExpand, "sleep": cmdSleep},
 	}
 }
 
@@ -138,4 +140,51 @@ func cmdSQL(ts *testscript.TestScript, neg bool, args []string) {
 		fmt.Fprintln(out, strings.Join(cols, " "))
 	}
 	ts.Check(rows.Err())
+}
+
+// cmdJSONVar is `jsonvar VAR FIELD`: set VAR to the top-level string
+// FIELD of the JSON object the last command printed (e.g. a row's id or
+// provider_id from show -o json), for files that expand uses.
+func cmdJSONVar(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: jsonvar VAR FIELD")
+	}
+	var obj map[string]any
+	ts.Check(json.Unmarshal([]byte(ts.ReadFile("stdout")), &obj))
+	v, ok := obj[args[1]].(string)
+	if !ok {
+		ts.Fatalf("jsonvar: stdout has no string field %q", args[1])
+	}
+	ts.Setenv(args[0], v)
+}
+
+// cmdExpand is `expand FILE...`: replace ${VAR} in each file with the
+// script's environment, plus ${NOW_UNIX}, the current Unix time (webhook
+// timestamps that must be recent).
+func cmdExpand(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: expand FILE...")
+	}
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	for _, f := range args {
+		path := ts.MkAbs(f)
+		out := os.Expand(ts.ReadFile(f), func(k string) string {
+			if k == "NOW_UNIX" {
+				return now
+			}
+			return ts.Getenv(k)
+		})
+		ts.Check(os.WriteFile(path, []byte(out), 0o600))
+	}
+}
+
+// cmdSleep is `sleep DURATION`: for a script that must let a scheduled
+// time pass (never to wait for something to happen).
+func cmdSleep(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: sleep DURATION")
+	}
+	d, err := time.ParseDuration(args[0])
+	ts.Check(err)
+	time.Sleep(d)
 }

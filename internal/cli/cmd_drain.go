@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -24,6 +25,7 @@ type drainOptions struct {
 	callTimeout time.Duration
 	grace       time.Duration
 	poll        time.Duration
+	holdFor     time.Duration
 }
 
 func (o *drainOptions) Validate(cfg *config) error {
@@ -34,8 +36,8 @@ func (o *drainOptions) Validate(cfg *config) error {
 		return usagef("--max-duration and --max-messages cannot be negative")
 	case o.lane != "" && o.lane != store.LaneReply && o.lane != store.LaneBulk:
 		return usagef("--lane must be reply or bulk (got %q)", o.lane)
-	case o.callTimeout <= 0 || o.grace <= 0 || o.poll <= 0:
-		return usagef("--call-timeout, --grace and --poll must be positive")
+	case o.callTimeout <= 0 || o.grace <= 0 || o.poll <= 0 || o.holdFor <= 0:
+		return usagef("--call-timeout, --grace, --poll and --hold-for must be positive")
 	case o.lease < o.callTimeout+10*time.Second:
 		return usagef("--lease %s must exceed --call-timeout %s by at least 10s: a lease that ends mid-call makes the row stuck", o.lease, o.callTimeout)
 	}
@@ -100,6 +102,7 @@ an object on stdout.
 				Store: st, Identities: ids, Owner: leaseOwner(), Lease: o.lease, CallTimeout: o.callTimeout,
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
 				MaxDuration: o.maxDuration, MaxMessages: o.maxMessages, Grace: o.grace, IdlePoll: o.poll, Log: a.log,
+				WindowClosed: windowClosed(a, st), HoldFor: o.holdFor,
 			})
 			fmt.Fprintf(a.ios.Err, "drain: claimed %d, sent %d, retried %d, failed %d, unknown %d, identity pauses %d, leases lost %d (%.1fs)\n",
 				sum.Claimed, sum.Sent, sum.Retried, sum.Failed, sum.Unknown, sum.Paused, sum.LeaseLost, sum.Seconds)
@@ -121,8 +124,29 @@ an object on stdout.
 	f.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a claim is held; must exceed --call-timeout")
 	f.DurationVar(&o.callTimeout, "call-timeout", 30*time.Second, "how long one provider call may take")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long calls in flight may finish")
+	f.DurationVar(&o.holdFor, "hold-for", time.Hour, "how long free-form text to a closed customer-service window (with no fallback template) waits before it is tried again")
 	f.DurationVar(&o.poll, "poll", 2*time.Second, "with --follow, how often an idle drain looks for due rows (on PostgreSQL an enqueue also wakes it at once)")
 	return cmd
+}
+
+// windowClosed says whether an identity's customer-service window with a
+// recipient is closed: the recipient has not written within the
+// identity's service_window (none enforced: never closed). A store error
+// counts as open: the provider's own refusal (WhatsApp 131047) is the
+// backstop, and it cannot send anything twice.
+func windowClosed(a *app, st store.Store) func(ctx context.Context, identity, recipient string) bool {
+	return func(ctx context.Context, identity, recipient string) bool {
+		id := a.cfg.Identities[identity]
+		if id == nil || id.Window <= 0 {
+			return false
+		}
+		last, err := st.ServiceWindow(ctx, identity, recipient)
+		if err != nil {
+			a.log.Warn("drain: reading the customer-service window failed; sending as if open", "identity", identity, "err", err)
+			return false
+		}
+		return last.IsZero() || !a.now().Before(last.Add(id.Window))
+	}
 }
 
 // leaseOwner names this process in leases: host, pid and a random suffix

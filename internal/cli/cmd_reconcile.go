@@ -13,6 +13,7 @@ import (
 	"github.com/msgq/msgq/internal/retry"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/webhook"
 )
 
 type reconcileOptions struct {
@@ -41,6 +42,9 @@ func newReconcileCmd(a *app) *cobra.Command {
 		Short: "Apply the evidence there is to uncertain messages; print what changed and what is left for a person",
 		Long: `Settle what can be settled without a person, then list what cannot:
 
+  0. Webhook evidence: stored deliveries not processed yet, and statuses parked
+     until a message had their provider id, are applied first (source
+     "webhook"); see msgq webhook. Skipped with --dry-run.
   1. Expired leases: a sending row whose drain vanished mid-call (its lease has
      expired) is never sent again blindly. When its identity's provider
      deduplicates by key (http, sim) it is queued again with the same key (the
@@ -139,6 +143,28 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 	if err != nil {
 		return err
 	}
+	// 0. Webhook evidence first (DESIGN.md §6): deliveries stored but not
+	// yet processed, and statuses parked until their row's provider id
+	// was known. What they settle needs no look-up and no person. With
+	// --dry-run nothing is processed; the parked count is in msgq stats.
+	var fromWebhooks []reconcileChange
+	if !o.dryRun {
+		p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities), Log: a.log}
+		sum, err := p.Once(ctx)
+		if err != nil {
+			return err
+		}
+		for _, c := range sum.Changes {
+			if c.Outcome != store.EvidenceApplied {
+				continue
+			}
+			fromWebhooks = append(fromWebhooks, reconcileChange{ID: c.MessageID, From: c.From, To: c.To,
+				Event: state.Event{Kind: state.Evidence, Status: c.Status}.String(), Why: "webhook: " + c.Detail})
+		}
+		if sum.Parked > 0 {
+			fmt.Fprintf(a.ios.Err, "reconcile: %d webhook statuses are parked: no message has their provider id yet\n", sum.Parked)
+		}
+	}
 	now := a.now()
 	stuck := func(p store.StuckParams) ([]store.StuckMessage, error) {
 		p.Tenant, p.Identity, p.Now, p.Limit = a.cfg.Tenant, o.identity, now, o.limit
@@ -185,7 +211,7 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 		}
 	}
 
-	res := &reconcileResult{DryRun: o.dryRun, Changed: []reconcileChange{}, Unresolved: []reconcileLeft{}}
+	res := &reconcileResult{DryRun: o.dryRun, Changed: append([]reconcileChange{}, fromWebhooks...), Unresolved: []reconcileLeft{}}
 	type candidate struct {
 		row  store.StuckMessage
 		note string
@@ -215,13 +241,6 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 	for _, m := range unknown {
 		cands = append(cands, candidate{m, ""})
 	}
-
-	// 3. Parked webhook evidence would be applied here, before asking
-	// providers: statuses that arrived before their provider id was known
-	// are stored and matched later (DESIGN.md §6). msgq does not store
-	// webhooks yet (issue 6); when it does, this step reads the parked
-	// statuses of these rows and applies them as evidence, like the
-	// look-ups below.
 
 	// 2. Look-ups, for the rows that can be looked up.
 	var evidence []planned

@@ -191,6 +191,10 @@ func printStats(w io.Writer, r *statsResult) error {
 		{"key replays", strconv.FormatInt(s.KeyReplays, 10)},
 		{"attempts (last " + win + ")", strings.Join(classes, ", ")},
 		{"delivered (last " + win + ")", delivered},
+		{"duplicate webhooks", strconv.FormatInt(s.DuplicateWebhooks, 10)},
+		{"unattributed inbound", strconv.Itoa(s.UnattributedInbound)},
+		{"parked webhook statuses", strconv.Itoa(s.ParkedEvidence)},
+		{"unprocessed webhooks", strconv.Itoa(s.UnprocessedWebhooks)},
 	})
 }
 
@@ -229,7 +233,9 @@ func printPrometheus(w io.Writer, s *store.Stats) error {
 		Help: "Provider calls finished within the window (msgq_stats_window_seconds), by outcome class."}, []string{"class"})
 	replays := prometheus.NewCounter(prometheus.CounterOpts{Name: "msgq_key_replays_total",
 		Help: "Sends that found their key with the same body (something ran twice), since the store was created."})
-	reg.MustRegister(messages, attempts, replays)
+	dups := prometheus.NewCounter(prometheus.CounterOpts{Name: "msgq_duplicate_webhooks_total",
+		Help: "Webhook statuses and inbound messages that arrived again (provider retries, replays), since the store was created."})
+	reg.MustRegister(messages, attempts, replays, dups)
 
 	// Every state of every identity with rows, zeros included, so that a
 	// series does not vanish when its count drops to zero.
@@ -245,6 +251,13 @@ func printPrometheus(w io.Writer, s *store.Stats) error {
 		attempts.WithLabelValues(c).Set(float64(n))
 	}
 	replays.Add(float64(s.KeyReplays))
+	dups.Add(float64(s.DuplicateWebhooks))
+	gauge("msgq_unattributed_inbound", "Inbound messages no sent message could be linked to (msgq inbox --unattributed).").
+		Set(float64(s.UnattributedInbound))
+	gauge("msgq_parked_webhook_statuses", "Webhook statuses waiting for a message with their provider id.").
+		Set(float64(s.ParkedEvidence))
+	gauge("msgq_unprocessed_webhooks", "Stored webhook deliveries not processed yet (is webhook serve's worker or webhook process running?).").
+		Set(float64(s.UnprocessedWebhooks))
 	gauge("msgq_oldest_eligible_queued_age_seconds",
 		"How long the oldest eligible queued message (due, within its deadline, identity not paused) has been due; 0 when none is.").
 		Set(oldestAge(s).Seconds())

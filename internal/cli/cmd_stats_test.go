@@ -191,8 +191,9 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 				t.Fatal(err)
 			}
 			fields := slices.Sorted(maps.Keys(raw))
-			want := []string{"at", "attempts_by_class", "counts", "delivered", "delivery_p50_ns", "delivery_p95_ns", "key_replays",
-				"oldest_eligible_age_ns", "oldest_eligible_due_at", "sending_past_lease", "unknown", "window_ns"}
+			want := []string{"at", "attempts_by_class", "counts", "delivered", "delivery_p50_ns", "delivery_p95_ns",
+				"duplicate_webhooks", "key_replays", "oldest_eligible_age_ns", "oldest_eligible_due_at", "parked_evidence",
+				"sending_past_lease", "unattributed_inbound", "unknown", "unprocessed_webhooks", "window_ns"}
 			if !slices.Equal(fields, want) {
 				t.Errorf("stats -o json fields %v, want %v", fields, want)
 			}

@@ -38,7 +38,17 @@ type identityConfig struct {
 	Rate                 string  `mapstructure:"rate"`
 	PerRecipientInterval string  `mapstructure:"per_recipient_interval"`
 	PacingHeadroom       float64 `mapstructure:"pacing_headroom"`
-	Retry                struct {
+	// Webhooks (msgq webhook serve): the environment variables holding
+	// WhatsApp's app secret and verify token, or the http provider's
+	// Standard Webhooks secret(s) (whsec_..., space-separated to rotate).
+	AppSecretEnv     string `mapstructure:"app_secret_env"`
+	VerifyTokenEnv   string `mapstructure:"verify_token_env"`
+	WebhookSecretEnv string `mapstructure:"webhook_secret_env"`
+	// ServiceWindow is the customer-service window: free-form text goes
+	// out only this long after the recipient last wrote. Default 24h for
+	// WhatsApp, off for the others; "off" turns it off.
+	ServiceWindow string `mapstructure:"service_window"`
+	Retry         struct {
 		Base        string  `mapstructure:"base"`
 		Cap         string  `mapstructure:"cap"`
 		Factor      float64 `mapstructure:"factor"`
@@ -53,6 +63,8 @@ type identity struct {
 	Policy retry.Policy
 	Pacing store.Pacing
 	Rate   string // as written, for display
+	// Window is the customer-service window (0: none is enforced).
+	Window time.Duration
 }
 
 // parseIdentities validates the identities section; the built-in sim is
@@ -95,6 +107,25 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 		return nil, fmt.Errorf("provider is required (whatsapp, http or sim)")
 	default:
 		return nil, fmt.Errorf("unknown provider %q (want whatsapp, http or sim)", ic.Provider)
+	}
+	if (ic.AppSecretEnv != "" || ic.VerifyTokenEnv != "") && ic.Provider != providerWhatsApp {
+		return nil, fmt.Errorf("app_secret_env and verify_token_env are for provider whatsapp; provider %s signs with webhook_secret_env", ic.Provider)
+	}
+	if ic.WebhookSecretEnv != "" && ic.Provider == providerWhatsApp {
+		return nil, fmt.Errorf("webhook_secret_env is for the http provider; whatsapp signs with app_secret_env")
+	}
+	switch ic.ServiceWindow {
+	case "":
+		if ic.Provider == providerWhatsApp {
+			id.Window = 24 * time.Hour
+		}
+	case "off":
+	default:
+		d, err := time.ParseDuration(ic.ServiceWindow)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("service_window %q is not a duration like 24h (or off)", ic.ServiceWindow)
+		}
+		id.Window = d
 	}
 	if ic.Channel != "" && ic.Channel != store.ChannelWhatsApp && ic.Channel != store.ChannelSMS {
 		return nil, fmt.Errorf("channel must be whatsapp or sms (got %q)", ic.Channel)

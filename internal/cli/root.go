@@ -122,6 +122,8 @@ defaults. The default store is $XDG_DATA_HOME/msgq/msgq.db
 		newStatsCmd(a),
 		newHealthCmd(a),
 		newPurgeCmd(a),
+		newWebhookCmd(a),
+		newInboxCmd(a),
 	)
 	return root
 }

@@ -136,6 +136,9 @@ type Store interface {
 	// how many rows it purged (with p.DryRun: would purge).
 	MessagePurge(ctx context.Context, p *PurgeParams) (int, error)
 
+	// Evidence keeps webhook deliveries and what they say (webhook.go).
+	Evidence
+
 	// Close releases the store's connections.
 	Close() error
 }
@@ -200,6 +203,9 @@ type Stats struct {
 	DeliveryP50 time.Duration `json:"delivery_p50_ns"`
 	DeliveryP95 time.Duration `json:"delivery_p95_ns"`
 	Window      time.Duration `json:"window_ns"`
+	// The evidence figures (duplicate webhooks, unattributed inbound,
+	// parked statuses, unprocessed events), flattened into the JSON.
+	WebhookStats
 }
 
 // LatencySample bounds how many of the latest deliveries Stats measures

@@ -129,6 +129,9 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	if err := tx.QueryRow(ctx, "SELECT coalesce((SELECT n FROM counters WHERE name = $1), 0)", store.CounterKeyReplays).Scan(&st.KeyReplays); err != nil {
 		return nil, fmt.Errorf("postgres: stats: %w", err)
 	}
+	if err := webhookStats(ctx, tx, &st.WebhookStats); err != nil {
+		return nil, err
+	}
 	rs, err = tx.Query(ctx, "SELECT class, count(*) FROM attempts WHERE finished_at >= $1 GROUP BY class", since)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: stats: %w", err)

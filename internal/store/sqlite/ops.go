@@ -79,7 +79,8 @@ func (e extra) Scan(dest ...any) error { return e.scanner.Scan(append(dest, e.mo
 // Stats reads the vital signs, each from an index or a counter: the
 // counts from state_counts (kept by triggers), the oldest eligible row
 // from messages_due, the in-flight figures from messages_in_flight, the
-// recent ones from attempts_finished and history_delivered.
+// recent ones from attempts_finished and history_delivered, the evidence
+// figures from the partial indexes of what waits (webhookStats).
 func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, error) {
 	now := p.Now
 	if now.IsZero() {
@@ -141,6 +142,9 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	}
 	if err := tx.QueryRowContext(ctx, "SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)", store.CounterKeyReplays).Scan(&st.KeyReplays); err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	if err := webhookStats(ctx, tx, &st.WebhookStats); err != nil {
+		return nil, err
 	}
 	rs, err = tx.QueryContext(ctx, "SELECT class, count(*) FROM attempts WHERE finished_at >= ? GROUP BY class", since)
 	if err != nil {

@@ -1,0 +1,380 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/webhook"
+	"github.com/msgq/msgq/internal/webhook/payload"
+	"github.com/msgq/msgq/internal/webhook/verify"
+)
+
+func newWebhookCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "webhook",
+		Short: "Receive, process and replay provider webhooks (statuses and inbound messages)",
+		Long: `Providers report what happened to a message (sent, delivered, read, failed) and
+pass on customers' replies through webhooks. msgq keeps every delivery raw and
+durably before it answers 200, then processes the stored deliveries: statuses are
+deduplicated and applied forward only (a late "sent" never undoes "delivered"),
+statuses for messages whose provider id is not known yet are parked until it is,
+and inbound messages are linked to the message they answer and open the
+customer-service window.
+
+` + exitStatusHelp,
+		Args: exactArgs(0, "a subcommand (serve, process or replay)"),
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newWebhookServeCmd(a), newWebhookProcessCmd(a), newWebhookReplayCmd(a))
+	return cmd
+}
+
+// webhookSecrets reads the configured identities' webhook secrets from the
+// environment. A variable that is named but unset (or a malformed whsec_
+// secret) is a usage error at start-up, not a stream of 401s later.
+func webhookSecrets(ids map[string]*identity) (webhook.Config, error) {
+	var cfg webhook.Config
+	names := make([]string, 0, len(ids))
+	for n := range ids {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	env := func(id, key, name string) (string, error) {
+		v := os.Getenv(name)
+		if v == "" {
+			return "", usagef("identity %s: environment variable %s (%s) is not set", id, name, key)
+		}
+		return v, nil
+	}
+	for _, n := range names {
+		ic := ids[n].Config
+		if ic.AppSecretEnv != "" {
+			v, err := env(n, "app_secret_env", ic.AppSecretEnv)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.WhatsApp = append(cfg.WhatsApp, webhook.AppSecret{Identity: n, Secret: []byte(v)})
+		}
+		if ic.VerifyTokenEnv != "" {
+			v, err := env(n, "verify_token_env", ic.VerifyTokenEnv)
+			if err != nil {
+				return cfg, err
+			}
+			cfg.VerifyTokens = append(cfg.VerifyTokens, v)
+		}
+		if ic.WebhookSecretEnv != "" {
+			v, err := env(n, "webhook_secret_env", ic.WebhookSecretEnv)
+			if err != nil {
+				return cfg, err
+			}
+			hs := webhook.HTTPSecrets{Identity: n}
+			for _, f := range strings.Fields(v) {
+				s, err := verify.ParseSecret(f)
+				if err != nil {
+					return cfg, usagef("identity %s: %s (webhook_secret_env) does not hold whsec_ secrets", n, ic.WebhookSecretEnv)
+				}
+				hs.Secrets = append(hs.Secrets, s)
+			}
+			cfg.HTTP = append(cfg.HTTP, hs)
+		}
+	}
+	return cfg, nil
+}
+
+// phoneNumberIDs maps the WhatsApp identities' phone_number_ids to their
+// names.
+func phoneNumberIDs(ids map[string]*identity) map[string]string {
+	out := map[string]string{}
+	for n, id := range ids {
+		if id.Config.PhoneNumberID != "" {
+			out[id.Config.PhoneNumberID] = n
+		}
+	}
+	return out
+}
+
+type webhookServeOptions struct {
+	addr      string
+	maxBody   int64
+	tolerance time.Duration
+	process   bool
+	poll      time.Duration
+	grace     time.Duration
+}
+
+func (o *webhookServeOptions) Validate() error {
+	switch {
+	case o.addr == "":
+		return usagef("--addr is required, e.g. :8080")
+	case o.maxBody <= 0:
+		return usagef("--max-body must be positive")
+	case o.tolerance <= 0 || o.poll <= 0 || o.grace <= 0:
+		return usagef("--tolerance, --poll and --grace must be positive")
+	}
+	return nil
+}
+
+func newWebhookServeCmd(a *app) *cobra.Command {
+	o := &webhookServeOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Receive webhooks: verify, store raw, answer 200, then process",
+		Long: `Serve the webhook endpoints:
+
+  GET  /webhooks/whatsapp   Meta's verification handshake (verify_token_env)
+  POST /webhooks/whatsapp   WhatsApp Cloud API, signed with X-Hub-Signature-256 (app_secret_env)
+  POST /webhooks/http       the http provider, signed with Standard Webhooks (webhook_secret_env)
+  GET  /healthz             200 while the store is reachable
+
+A delivery with a missing or wrong signature (or a Standard Webhooks timestamp
+further than --tolerance from now) gets 401, a body over --max-body 413, a body
+that is not the provider's webhook 400; none of them is stored. A valid delivery
+is stored raw and durably and only then answered 200; if it cannot be stored the
+answer is 500, so the provider retries. Unless --process=false, a worker then
+processes stored deliveries (run msgq webhook process from cron otherwise).
+SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
+
+` + exitStatusHelp,
+		Example: `  msgq webhook serve --addr :8080
+  msgq webhook serve --addr 127.0.0.1:8080 --process=false   # receive only; process from cron`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			wc, err := webhookSecrets(a.cfg.Identities)
+			if err != nil {
+				return err
+			}
+			if len(wc.WhatsApp) == 0 && len(wc.HTTP) == 0 {
+				return usagef("no identity has app_secret_env (whatsapp) or webhook_secret_env (http): nothing could be verified")
+			}
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return runWebhookServe(cmd.Context(), a, st, wc, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", ":8080", "address to listen on")
+	f.Int64Var(&o.maxBody, "max-body", webhook.DefaultMaxBody, "largest body accepted, in bytes (larger: 413)")
+	f.DurationVar(&o.tolerance, "tolerance", verify.DefaultTolerance, "how far a Standard Webhooks timestamp may be from now")
+	f.BoolVar(&o.process, "process", true, "process stored deliveries in this process (false: leave them to msgq webhook process)")
+	f.DurationVar(&o.poll, "poll", time.Second, "how often the worker looks again at parked statuses")
+	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long requests in progress may finish")
+	return cmd
+}
+
+func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Config, o *webhookServeOptions) error {
+	wake := make(chan struct{}, 1)
+	wc.Store, wc.MaxBody, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.tolerance, a.log, a.now
+	if o.process {
+		wc.Stored = func() {
+			select {
+			case wake <- struct{}{}:
+			default: // a wake-up is already pending
+			}
+		}
+	}
+	rcv := webhook.NewReceiver(wc)
+
+	var workers sync.WaitGroup
+	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	if o.process {
+		p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities), Log: a.log}
+		workers.Go(func() { p.Run(wctx, wake, o.poll) })
+	}
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", o.addr)
+	if err != nil {
+		stopWorker()
+		rcv.Close()
+		return err
+	}
+	srv := &http.Server{
+		Handler:           rcv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		// Bodies are bounded by --max-body; a minute reads the largest
+		// over a slow link, and stops a client that trickles forever.
+		ReadTimeout:    time.Minute,
+		WriteTimeout:   time.Minute,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(a.ios.Err, "webhook: listening on http://%s\n", ln.Addr())
+
+	var serveErr error
+	select {
+	case serveErr = <-served:
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.grace)
+	defer cancel()
+	// Shutdown waits for handlers, each of which waits for its delivery's
+	// write: every 200 sent was durable, every delivery cut off got none.
+	if err := srv.Shutdown(sctx); err != nil && serveErr == nil {
+		serveErr = fmt.Errorf("webhook: shutting down: %w", err)
+	}
+	rcv.Close()
+	stopWorker()
+	workers.Wait()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	fmt.Fprintln(a.ios.Err, "webhook: stopped")
+	return nil
+}
+
+func newWebhookProcessCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "process",
+		Short: "Process stored webhook deliveries and apply parked statuses, then exit",
+		Long: `Process every stored delivery not processed yet, then apply every pending status
+whose message is now known: for cron, when webhook serve runs with --process=false,
+or to catch up after a crash. Running it again changes nothing.
+
+` + exitStatusHelp,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities), Log: a.log}
+			sum, err := p.Once(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printProcessSummary(a, sum)
+		},
+	}
+	return cmd
+}
+
+type webhookReplayOptions struct {
+	provider  string
+	identity  string
+	webhookID string
+}
+
+func newWebhookReplayCmd(a *app) *cobra.Command {
+	o := &webhookReplayOptions{}
+	cmd := &cobra.Command{
+		Use:   "replay FILE|-",
+		Short: "Feed a captured webhook body through the same path as a received one",
+		Long: `Store a captured webhook body (a file, or - for stdin) exactly as webhook serve
+would after verifying it, then process it. For operators re-playing a delivery
+from a provider's dashboard or a log, and for tests. The signature is not
+checked: whoever can run msgq against the store is trusted already. Replaying a
+body twice is safe: its statuses and inbound messages are counted as duplicates.
+
+` + exitStatusHelp,
+		Example: `  msgq webhook replay status.json
+  msgq webhook replay --provider http --identity shop --webhook-id msg_2Yh... body.json`,
+		Args: exactArgs(1, "one FILE (or - for stdin)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.provider != store.WebhookWhatsApp && o.provider != store.WebhookHTTP {
+				return usagef("--provider must be whatsapp or http (got %q)", o.provider)
+			}
+			if o.identity != "" {
+				if _, ok := a.cfg.Identities[o.identity]; !ok {
+					return usagef("--identity %s is not configured (see msgq identities)", o.identity)
+				}
+			}
+			body, err := readReplay(a, args[0])
+			if err != nil {
+				return err
+			}
+			// The same check the endpoint makes: what it would refuse with
+			// 400 is refused here, before anything is written.
+			if o.provider == store.WebhookWhatsApp {
+				_, err = payload.WhatsApp(body)
+			} else {
+				_, err = payload.HTTP(body, o.webhookID)
+			}
+			if err != nil {
+				return usagef("%s: %v", args[0], err)
+			}
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			hdr := map[string]string{"x-msgq-replay": args[0]}
+			if o.webhookID != "" {
+				hdr["webhook-id"] = o.webhookID
+			}
+			if err := st.WebhookStore(cmd.Context(), []store.WebhookEvent{{
+				Provider: o.provider, Identity: o.identity, Headers: hdr, Body: body,
+			}}); err != nil {
+				return err
+			}
+			p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities), Log: a.log}
+			sum, err := p.Once(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printProcessSummary(a, sum)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.provider, "provider", store.WebhookWhatsApp, "whose format the body is in: whatsapp or http")
+	f.StringVar(&o.identity, "identity", "", "the identity the delivery came for (default: from the body's phone_number_id)")
+	f.StringVar(&o.webhookID, "webhook-id", "", "the delivery's webhook-id header (http), the key duplicates are known by")
+	return cmd
+}
+
+func readReplay(a *app, name string) ([]byte, error) {
+	var (
+		body []byte
+		err  error
+	)
+	if name == "-" {
+		body, err = io.ReadAll(io.LimitReader(a.ios.In, webhook.DefaultMaxBody+1))
+	} else {
+		body, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	if len(body) > webhook.DefaultMaxBody {
+		return nil, usagef("%s: body over %d bytes", name, webhook.DefaultMaxBody)
+	}
+	return body, nil
+}
+
+// printProcessSummary prints what processing did: a line on stderr, the
+// changes on stdout (a table, or the summary as JSON).
+func printProcessSummary(a *app, sum webhook.Summary) error {
+	fmt.Fprintf(a.ios.Err, "webhook: %d deliveries (%d unreadable), %d new statuses, %d new inbound, %d duplicates; applied %d, recorded %d, refused %d, inbound linked %d, parked %d\n",
+		sum.Events, sum.Unreadable, sum.Statuses, sum.Inbound, sum.Duplicates, sum.Applied, sum.Recorded, sum.Refused, sum.Attributed, sum.Parked)
+	if a.cfg.Output == outJSON {
+		if sum.Changes == nil {
+			sum.Changes = []store.AppliedEvidence{}
+		}
+		return printJSON(a.ios.Out, sum)
+	}
+	if len(sum.Changes) == 0 {
+		return nil
+	}
+	rows := make([][]string, 0, len(sum.Changes))
+	for _, c := range sum.Changes {
+		rows = append(rows, []string{c.MessageID, string(c.Status), string(c.From), string(c.To), c.Outcome, c.Detail})
+	}
+	return printTable(a.ios.Out, []string{"ID", "STATUS", "FROM", "TO", "OUTCOME", "DETAIL"}, rows)
+}

@@ -1,0 +1,233 @@
+package cli_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/webhook/verify"
+)
+
+const (
+	testAppSecret = "test-app-secret"
+	testPhoneID   = "106540352242922"
+	webhookConfig = "identities:\n  shop:\n    provider: whatsapp\n    phone_number_id: \"" + testPhoneID + "\"\n" +
+		"    token_env: MSGQ_TEST_TOKEN\n    app_secret_env: MSGQ_TEST_APP_SECRET\n    verify_token_env: MSGQ_TEST_VERIFY_TOKEN\n"
+)
+
+// startServe starts `msgq webhook serve` on a free loopback port and waits
+// until it listens.
+func startServe(t *testing.T, e *msgqEnv, args ...string) (*serveProcess, string) {
+	t.Helper()
+	c := e.cmd(append([]string{"webhook", "serve", "--addr", "127.0.0.1:0"}, args...)...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stderr = pw
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	p := &serveProcess{proc: c.Process, done: make(chan error, 1), log: &syncBuffer{}}
+	t.Cleanup(func() { _ = c.Process.Kill() })
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			p.log.Write([]byte(line + "\n"))
+			if u, ok := strings.CutPrefix(line, "webhook: listening on "); ok && !sent {
+				addr <- u
+				sent = true
+			}
+		}
+	}()
+	go func() { p.done <- c.Wait() }()
+	select {
+	case u := <-addr:
+		return p, u
+	case err := <-p.done:
+		t.Fatalf("webhook serve exited before listening: %v: %s", err, p.log.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("webhook serve did not listen within 30s: %s", p.log.String())
+	}
+	return nil, ""
+}
+
+type serveProcess struct {
+	proc *os.Process
+	done chan error
+	log  *syncBuffer
+}
+
+func waStatusBody(wamid, status string, ts int64) []byte {
+	return fmt.Appendf(nil, `{"object":"whatsapp_business_account","entry":[{"id":"102290129340398","changes":[{"value":`+
+		`{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15550783881","phone_number_id":%q},`+
+		`"statuses":[{"id":%q,"status":%q,"timestamp":"%d","recipient_id":"15551234567"}]},"field":"messages"}]}]}`,
+		testPhoneID, wamid, status, ts)
+}
+
+func postSigned(url string, body []byte) (int, error) {
+	req, err := http.NewRequest(http.MethodPost, url+"/webhooks/whatsapp", bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("X-Hub-Signature-256", verify.SignWhatsApp(body, []byte(testAppSecret)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// acceptedRows enqueues n rows and takes each through a claim and an
+// accepted answer carrying its wamid, as a drain would.
+func acceptedRows(t *testing.T, st store.Store, n int) (ids, wamids []string) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		res, err := st.MessageEnqueue(ctx, &store.EnqueueParams{Key: fmt.Sprintf("wh-%03d", i), To: fmt.Sprintf("+1555%07d", i),
+			Channel: store.ChannelWhatsApp, Identity: "shop", Payload: store.Payload{Template: "order_update", Lang: "en"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.Message.ID)
+		wamids = append(wamids, fmt.Sprintf("wamid.HBgLMTU1NTEyMzQ1NjcVAgARGBI%03d", i))
+	}
+	cl, err := st.MessageClaim(ctx, &store.ClaimParams{Owner: "test", LeaseFor: time.Minute, Limit: n})
+	if err != nil || len(cl) != n {
+		t.Fatalf("claim: %v (%d of %d rows)", err, len(cl), n)
+	}
+	for i, id := range ids {
+		if _, err := st.MessageTransition(ctx, &store.TransitionParams{ID: id, From: state.Sending, LeaseOwner: "test",
+			Event: state.Event{Kind: state.Accept}, Source: store.SourceDrain, ProviderID: wamids[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids, wamids
+}
+
+// TestServeKilledBetweenStoringAndProcessing: every delivery answered 200
+// is in the store even when `webhook serve` is killed with SIGKILL the
+// moment the answer is out, and a restarted serve processes it. Nothing
+// acknowledged is lost; nothing is applied twice.
+func TestServeKilledBetweenStoringAndProcessing(t *testing.T) {
+	bothStores(t, func(t *testing.T, kind string) {
+		dir := t.TempDir()
+		b := newBackend(t, kind, dir)
+		cfg := filepath.Join(dir, "msgq.yaml")
+		writeFile(t, cfg, webhookConfig)
+		e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + b.url, "MSGQ_TEST_TOKEN=t",
+			"MSGQ_TEST_APP_SECRET=" + testAppSecret, "MSGQ_TEST_VERIFY_TOKEN=v"}}
+		e.run("migrate")
+		st, err := b.open(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		ctx := context.Background()
+		const n = 40
+		ids, wamids := acceptedRows(t, st, n)
+
+		// 1. Receive only: the kill lands, by construction, after storing
+		// and before any processing.
+		p, url := startServe(t, e, "--process=false")
+		for i := range n / 2 {
+			if code, err := postSigned(url, waStatusBody(wamids[i], "delivered", 1764410400)); err != nil || code != 200 {
+				t.Fatalf("post %d: %d %v", i, code, err)
+			}
+		}
+		_ = p.proc.Signal(syscall.SIGKILL)
+		<-p.done
+		pending, err := st.WebhookPending(ctx, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pending) != n/2 {
+			t.Fatalf("after kill -9: %d stored deliveries, want the %d acknowledged", len(pending), n/2)
+		}
+		if m, _ := st.MessageGet(ctx, store.DefaultTenant, ids[0]); m.State != state.Sent {
+			t.Fatalf("row %s before processing, want sent", m.State)
+		}
+
+		// 2. Processing on, killed the moment the last answer is out, with
+		// many posts in flight: acknowledged means stored.
+		p, url = startServe(t, e)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		acked := 0
+		for i := n / 2; i < n; i++ {
+			wg.Go(func() {
+				code, err := postSigned(url, waStatusBody(wamids[i], "delivered", 1764410400))
+				if err == nil && code == 200 {
+					mu.Lock()
+					acked++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		_ = p.proc.Signal(syscall.SIGKILL)
+		<-p.done
+		if acked != n/2 {
+			t.Fatalf("%d of %d posts acknowledged before the kill", acked, n/2)
+		}
+
+		// 3. A restart processes whatever was left, then stops cleanly.
+		p, _ = startServe(t, e)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			delivered := 0
+			for _, id := range ids {
+				if m, err := st.MessageGet(ctx, store.DefaultTenant, id); err == nil && m.State == state.Delivered {
+					delivered++
+				}
+			}
+			if delivered == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d rows delivered 30s after the restart: %s", delivered, n, p.log.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = p.proc.Signal(syscall.SIGTERM)
+		if err := <-p.done; err != nil {
+			t.Fatalf("webhook serve on SIGTERM: %v: %s", err, p.log.String())
+		}
+		if pending, _ := st.WebhookPending(ctx, 1000); len(pending) != 0 {
+			t.Errorf("%d deliveries left unprocessed", len(pending))
+		}
+		// Each row took its one delivered status once: one webhook history
+		// row each, however the kills fell.
+		for _, id := range ids {
+			hist, err := st.MessageHistory(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, h := range hist {
+				if h.Source == store.SourceWebhook {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Fatalf("row %s has %d webhook history rows, want 1", id, n)
+			}
+		}
+	})
+}

@@ -1,0 +1,900 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// insertWebhooksSQL stores a batch of events as one statement over column
+// arrays: one round trip, autocommitted (durable once it returns, as
+// synchronous_commit is on).
+const insertWebhooksSQL = `INSERT INTO webhook_events (id, provider, identity, headers, body, received_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[])`
+
+// WebhookStore keeps raw events in one durable statement.
+func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	now := s.clock()
+	n := len(evs)
+	ids, providers, identities, headers := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	bodies := make([][]byte, n)
+	recv := make([]time.Time, n)
+	for i := range evs {
+		ev := &evs[i]
+		ids[i], providers[i], identities[i] = s.ids.New(now), ev.Provider, ev.Identity
+		recv[i] = now
+		if !ev.ReceivedAt.IsZero() {
+			recv[i] = ev.ReceivedAt.UTC().Truncate(store.Resolution)
+		}
+		h, err := marshalHeaders(ev.Headers)
+		if err != nil {
+			return fmt.Errorf("postgres: store webhook: %w", err)
+		}
+		headers[i] = h
+		bodies[i] = ev.Body
+		if bodies[i] == nil {
+			bodies[i] = []byte{} // the column is NOT NULL: an empty body is still a delivery
+		}
+	}
+	if _, err := s.pool.Exec(ctx, insertWebhooksSQL, ids, providers, identities, headers, bodies, recv); err != nil {
+		return fmt.Errorf("postgres: store webhook: %w", err)
+	}
+	// Only once durable: a failed call leaves the caller's events as they were.
+	for i := range evs {
+		evs[i].ID, evs[i].ReceivedAt = ids[i], recv[i]
+	}
+	return nil
+}
+
+func marshalHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	return string(b), err
+}
+
+const webhookCols = `id, provider, identity, headers, body, received_at, processed_at, error`
+
+func scanWebhook(row pgx.Row) (*store.WebhookEvent, error) {
+	var (
+		ev        store.WebhookEvent
+		headers   string
+		processed *time.Time
+	)
+	if err := row.Scan(&ev.ID, &ev.Provider, &ev.Identity, &headers, &ev.Body, &ev.ReceivedAt, &processed, &ev.Error); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(headers), &ev.Headers); err != nil {
+		return nil, fmt.Errorf("webhook %s: headers: %w", ev.ID, err)
+	}
+	ev.ReceivedAt, ev.ProcessedAt = ev.ReceivedAt.UTC(), utcPtr(processed)
+	return &ev, nil
+}
+
+// WebhookPending returns unprocessed events, oldest first.
+func (s *Store) WebhookPending(ctx context.Context, limit int) ([]store.WebhookEvent, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	rs, err := s.pool.Query(ctx, "SELECT "+webhookCols+" FROM webhook_events WHERE processed_at IS NULL ORDER BY received_at, id LIMIT $1", limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: pending webhooks: %w", err)
+	}
+	defer rs.Close()
+	out := []store.WebhookEvent{}
+	for rs.Next() {
+		ev, err := scanWebhook(rs)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: pending webhooks: %w", err)
+		}
+		out = append(out, *ev)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: pending webhooks: %w", err)
+	}
+	return out, nil
+}
+
+// WebhookGet returns one stored event.
+func (s *Store) WebhookGet(ctx context.Context, id string) (*store.WebhookEvent, error) {
+	ev, err := scanWebhook(s.pool.QueryRow(ctx, "SELECT "+webhookCols+" FROM webhook_events WHERE id = $1", id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: get webhook: %w", err)
+	}
+	return ev, nil
+}
+
+// storedEvent is what ingest reads of an event.
+type storedEvent struct {
+	provider, identity string
+	receivedAt         time.Time
+	processed          bool
+}
+
+// insertEvidenceSQL writes new statuses in input order; the unique index
+// turns a redelivery (also one within the batch) into no row, and the
+// returned ids say which were new.
+const insertEvidenceSQL = `INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at,
+	callback_ref, error_code, error, received_at)
+SELECT v.id, v.event_id, v.provider, v.identity, v.dedupe_key, v.provider_id, v.status, v.at, v.callback_ref,
+	v.error_code, v.error, v.received_at
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[],
+	$9::text[], $10::text[], $11::text[], $12::timestamptz[]) WITH ORDINALITY
+	AS v(id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref, error_code, error, received_at, ord)
+ORDER BY v.ord
+ON CONFLICT (provider, dedupe_key) DO NOTHING RETURNING id`
+
+// insertInboundSQL writes new inbound messages, each linked to the row
+// whose provider id is its reply context.
+const insertInboundSQL = `INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text,
+	reply_id, reply_title, context_id, message_id, received_at, stored_at)
+SELECT v.id, v.event_id, v.provider, v.identity, v.pmid, v.sender, v.type, v.text, v.reply_id, v.reply_title, v.context_id,
+	(SELECT m.id FROM messages m WHERE m.provider_id = v.context_id AND m.provider_id <> '' ORDER BY m.id LIMIT 1),
+	v.received_at, $13
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
+	$10::text[], $11::text[], $12::timestamptz[]) WITH ORDINALITY
+	AS v(id, event_id, provider, identity, pmid, sender, type, text, reply_id, reply_title, context_id, received_at, ord)
+ORDER BY v.ord
+ON CONFLICT (provider, provider_message_id) DO NOTHING RETURNING id, message_id`
+
+const windowSQL = `INSERT INTO service_windows (identity, recipient, last_inbound_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
+ON CONFLICT (identity, recipient) DO UPDATE SET last_inbound_at = greatest(service_windows.last_inbound_at, excluded.last_inbound_at)`
+
+// WebhookIngest writes what processing read from stored events in one
+// transaction. The events are locked first, so that concurrent ingests
+// of one event write it once: the second finds it processed.
+func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*store.IngestResult, error) {
+	res := &store.IngestResult{}
+	if len(ps) == 0 {
+		return res, nil
+	}
+	now := s.clock()
+	err := s.inTx(ctx, "ingest", func(tx pgx.Tx) error {
+		*res = store.IngestResult{}
+		events, err := lockEvents(ctx, tx, ps)
+		if err != nil {
+			return err
+		}
+		var (
+			sts        []*store.StatusEvidence
+			ins        []*store.Inbound
+			markIDs    []string
+			markErrors []string
+		)
+		taken := map[string]bool{}
+		for i := range ps {
+			p := &ps[i]
+			ev := events[p.EventID]
+			if ev != nil && (ev.processed || taken[p.EventID]) {
+				continue // already written: running ingest twice writes nothing twice
+			}
+			taken[p.EventID] = true
+			// Without a stored event of that id its content is still kept
+			// (nothing a provider said is dropped), with nothing to mark.
+			if ev != nil {
+				markIDs, markErrors = append(markIDs, p.EventID), append(markErrors, p.Err)
+			}
+			if p.Err != "" {
+				continue
+			}
+			received := now
+			if ev != nil {
+				received = ev.receivedAt
+			}
+			for j := range p.Statuses {
+				st := &p.Statuses[j]
+				fillStatus(st, p.EventID, ev)
+				st.ReceivedAt = received
+				sts = append(sts, st)
+			}
+			for j := range p.Inbound {
+				in := &p.Inbound[j]
+				fillInbound(in, p.EventID, j, ev)
+				if in.ReceivedAt.IsZero() {
+					in.ReceivedAt = received
+				}
+				in.ReceivedAt = in.ReceivedAt.UTC().Truncate(store.Resolution)
+				ins = append(ins, in)
+			}
+		}
+		if err := s.insertStatuses(ctx, tx, sts, now, res); err != nil {
+			return err
+		}
+		if err := s.insertInbound(ctx, tx, ins, now, res); err != nil {
+			return err
+		}
+		if len(markIDs) > 0 {
+			tag, err := tx.Exec(ctx, "UPDATE webhook_events w SET processed_at = $1, error = v.err "+
+				"FROM unnest($2::text[], $3::text[]) AS v(id, err) WHERE w.id = v.id AND w.processed_at IS NULL", now, markIDs, markErrors)
+			if err != nil {
+				return fmt.Errorf("postgres: ingest: mark processed: %w", err)
+			}
+			res.Events = int(tag.RowsAffected())
+		}
+		if res.Duplicates > 0 {
+			if _, err := tx.Exec(ctx, "INSERT INTO counters (name, n) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET n = counters.n + excluded.n",
+				store.CounterDuplicateWebhooks, res.Duplicates); err != nil {
+				return fmt.Errorf("postgres: ingest: count duplicates: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+func lockEvents(ctx context.Context, tx pgx.Tx, ps []store.IngestParams) (map[string]*storedEvent, error) {
+	ids := make([]string, len(ps))
+	for i := range ps {
+		ids[i] = ps[i].EventID
+	}
+	// In id order, so that two ingests of overlapping events wait for
+	// each other rather than deadlock.
+	rs, err := tx.Query(ctx, "SELECT id, provider, identity, received_at, processed_at IS NOT NULL FROM webhook_events "+
+		"WHERE id = ANY($1) ORDER BY id FOR UPDATE", ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: ingest: read events: %w", err)
+	}
+	defer rs.Close()
+	out := make(map[string]*storedEvent, len(ps))
+	for rs.Next() {
+		var id string
+		ev := &storedEvent{}
+		if err := rs.Scan(&id, &ev.provider, &ev.identity, &ev.receivedAt, &ev.processed); err != nil {
+			return nil, fmt.Errorf("postgres: ingest: read events: %w", err)
+		}
+		ev.receivedAt = ev.receivedAt.UTC()
+		out[id] = ev
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: ingest: read events: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) insertStatuses(ctx context.Context, tx pgx.Tx, sts []*store.StatusEvidence, now time.Time, res *store.IngestResult) error {
+	if len(sts) == 0 {
+		return nil
+	}
+	// By key, so that concurrent ingests sharing keys wait for each other
+	// rather than deadlock; stable, so the first of a key in the batch is
+	// the one kept.
+	order := make([]*store.StatusEvidence, len(sts))
+	copy(order, sts)
+	sort.SliceStable(order, func(i, j int) bool {
+		if order[i].Provider != order[j].Provider {
+			return order[i].Provider < order[j].Provider
+		}
+		return order[i].DedupeKey < order[j].DedupeKey
+	})
+	n := len(order)
+	cols := make([][]string, 10)
+	for c := range cols {
+		cols[c] = make([]string, n)
+	}
+	ats, recv := make([]time.Time, n), make([]time.Time, n)
+	byID := make(map[string]*store.StatusEvidence, n)
+	for i, st := range order {
+		id := s.ids.New(now)
+		byID[id] = st
+		for c, v := range []string{id, st.EventID, st.Provider, st.Identity, st.DedupeKey, st.ProviderID, string(st.Status),
+			st.CallbackRef, st.ErrorCode, st.Error} {
+			cols[c][i] = v
+		}
+		ats[i], recv[i] = st.At, st.ReceivedAt
+	}
+	rs, err := tx.Query(ctx, insertEvidenceSQL, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], ats,
+		cols[7], cols[8], cols[9], recv)
+	if err != nil {
+		return fmt.Errorf("postgres: ingest status: %w", err)
+	}
+	ids, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("postgres: ingest status: %w", err)
+	}
+	for _, id := range ids {
+		byID[id].ID = id
+	}
+	res.Statuses += len(ids)
+	res.Duplicates += n - len(ids)
+	return nil
+}
+
+func (s *Store) insertInbound(ctx context.Context, tx pgx.Tx, ins []*store.Inbound, now time.Time, res *store.IngestResult) error {
+	if len(ins) == 0 {
+		return nil
+	}
+	order := make([]*store.Inbound, len(ins))
+	copy(order, ins)
+	sort.SliceStable(order, func(i, j int) bool {
+		if order[i].Provider != order[j].Provider {
+			return order[i].Provider < order[j].Provider
+		}
+		return order[i].ProviderMessageID < order[j].ProviderMessageID
+	})
+	n := len(order)
+	cols := make([][]string, 11)
+	for c := range cols {
+		cols[c] = make([]string, n)
+	}
+	recv := make([]time.Time, n)
+	byID := make(map[string]*store.Inbound, n)
+	for i, in := range order {
+		id := s.ids.New(now)
+		byID[id] = in
+		for c, v := range []string{id, in.EventID, in.Provider, in.Identity, in.ProviderMessageID, in.From, in.Type, in.Text,
+			in.ReplyID, in.ReplyTitle, in.ContextID} {
+			cols[c][i] = v
+		}
+		recv[i] = in.ReceivedAt
+	}
+	args := make([]any, 0, 13)
+	for _, c := range cols {
+		args = append(args, c)
+	}
+	rs, err := tx.Query(ctx, insertInboundSQL, append(args, recv, now)...)
+	if err != nil {
+		return fmt.Errorf("postgres: ingest inbound: %w", err)
+	}
+	type row struct {
+		id    string
+		msgID *string
+	}
+	var news []row
+	for rs.Next() {
+		var r row
+		if err := rs.Scan(&r.id, &r.msgID); err != nil {
+			rs.Close()
+			return fmt.Errorf("postgres: ingest inbound: %w", err)
+		}
+		news = append(news, r)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("postgres: ingest inbound: %w", err)
+	}
+	res.Inbound += len(news)
+	res.Duplicates += n - len(news)
+	// One row per window: an upsert may not touch a row twice.
+	type key struct{ identity, recipient string }
+	latest := map[key]time.Time{}
+	for _, r := range news {
+		in := byID[r.id]
+		in.ID, in.StoredAt, in.MessageID = r.id, now, r.msgID
+		if in.From == "" {
+			continue
+		}
+		k := key{in.Identity, in.From}
+		if in.ReceivedAt.After(latest[k]) {
+			latest[k] = in.ReceivedAt
+		}
+	}
+	if len(latest) == 0 {
+		return nil
+	}
+	keys := make([]key, 0, len(latest))
+	for k := range latest {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].identity != keys[j].identity {
+			return keys[i].identity < keys[j].identity
+		}
+		return keys[i].recipient < keys[j].recipient
+	})
+	idents, recips, ats := make([]string, len(keys)), make([]string, len(keys)), make([]time.Time, len(keys))
+	for i, k := range keys {
+		idents[i], recips[i], ats[i] = k.identity, k.recipient, latest[k]
+	}
+	if _, err := tx.Exec(ctx, windowSQL, idents, recips, ats); err != nil {
+		return fmt.Errorf("postgres: ingest window: %w", err)
+	}
+	return nil
+}
+
+// fillStatus completes a status as ingest keeps it: its event, the
+// event's provider and identity when the parser named none, and a dedupe
+// key when the provider sent no delivery id (DESIGN.md §6: provider id,
+// status and timestamp identify a status across deliveries).
+func fillStatus(st *store.StatusEvidence, eventID string, ev *storedEvent) {
+	st.EventID = eventID
+	if ev != nil && st.Provider == "" {
+		st.Provider = ev.provider
+	}
+	if ev != nil && st.Identity == "" {
+		st.Identity = ev.identity
+	}
+	st.At = st.At.UTC().Truncate(store.Resolution)
+	if st.DedupeKey == "" {
+		st.DedupeKey = fmt.Sprintf("%s|%s|%d", st.ProviderID, st.Status, st.At.Unix())
+	}
+	st.ID, st.MessageID, st.Outcome, st.AppliedAt = "", "", "", nil
+}
+
+// fillInbound completes an inbound message as ingest keeps it. One
+// without a provider id is named by its event and position, so that at
+// least a replay of that event is a duplicate.
+func fillInbound(in *store.Inbound, eventID string, j int, ev *storedEvent) {
+	in.EventID = eventID
+	if ev != nil && in.Provider == "" {
+		in.Provider = ev.provider
+	}
+	if ev != nil && in.Identity == "" {
+		in.Identity = ev.identity
+	}
+	if in.ProviderMessageID == "" {
+		in.ProviderMessageID = fmt.Sprintf("%s#%d", eventID, j)
+	}
+	in.ID = ""
+}
+
+// evidenceDetail is the history detail of a status, e.g. "whatsapp
+// status delivered at 2026-11-29T10:00:00Z (wamid.X)".
+func evidenceDetail(st *store.StatusEvidence) string {
+	d := fmt.Sprintf("%s status %s at %s", st.Provider, st.Status, st.At.UTC().Format(time.RFC3339))
+	if st.ProviderID != "" {
+		d += " (" + st.ProviderID + ")"
+	}
+	if st.ErrorCode != "" {
+		d += " error " + st.ErrorCode
+	}
+	return d
+}
+
+// evidenceLastError is what a failed status leaves in last_error: the
+// provider's code and its error text verbatim, never a summary.
+func evidenceLastError(st *store.StatusEvidence) string {
+	switch {
+	case st.ErrorCode != "" && st.Error != "":
+		return st.ErrorCode + ": " + st.Error
+	case st.Error != "":
+		return st.Error
+	case st.ErrorCode != "":
+		return st.ErrorCode
+	}
+	return st.Provider + " reported the message failed, without an error"
+}
+
+const evidenceCols = `id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref,
+	error_code, error, message_id, outcome, received_at, applied_at`
+
+func scanEvidence(row pgx.Row, extra ...any) (*store.StatusEvidence, error) {
+	var (
+		st      store.StatusEvidence
+		status  string
+		applied *time.Time
+	)
+	dest := []any{&st.ID, &st.EventID, &st.Provider, &st.Identity, &st.DedupeKey, &st.ProviderID, &status, &st.At,
+		&st.CallbackRef, &st.ErrorCode, &st.Error, &st.MessageID, &st.Outcome, &st.ReceivedAt, &applied}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return nil, err
+	}
+	st.Status, st.At, st.ReceivedAt, st.AppliedAt = state.State(status), st.At.UTC(), st.ReceivedAt.UTC(), utcPtr(applied)
+	return &st, nil
+}
+
+// defaultApplyLimit bounds an EvidenceApply without a limit.
+const defaultApplyLimit = 1000
+
+// applyCandidatesSQL takes pending statuses that have a row to go to (by
+// provider id, else by callback reference) whose drain holds no live
+// lease, oldest provider timestamp first, locking them so that
+// concurrent runs share the work instead of repeating it. Parked
+// statuses are passed over here rather than after the LIMIT: a backlog
+// of statuses no row will ever claim (another system's sends on a shared
+// number) must not starve new ones. $3 are statuses this run already
+// left pending (its own locks do not make SKIP LOCKED pass them over).
+var applyCandidatesSQL = `SELECT ` + qualified("e", evidenceCols) + `, c.id, c.by_ref
+FROM evidence e
+CROSS JOIN LATERAL (
+	SELECT u.id, u.by_ref FROM (
+		(SELECT x.id, false AS by_ref FROM messages x
+			WHERE e.provider_id <> '' AND x.provider_id = e.provider_id AND x.provider_id <> '' ORDER BY x.id LIMIT 1)
+		UNION ALL
+		(SELECT x.id, true FROM messages x
+			WHERE e.callback_ref <> '' AND x.id = e.callback_ref AND (x.provider_id = '' OR e.provider_id = '' OR x.provider_id = e.provider_id))
+	) u ORDER BY u.by_ref LIMIT 1
+) c
+JOIN messages m ON m.id = c.id
+WHERE e.outcome = '' AND e.id <> ALL($3::text[]) AND NOT (m.state = 'sending' AND coalesce(m.lease_until > $1, false))
+ORDER BY e.at, e.id
+LIMIT $2
+FOR UPDATE OF e SKIP LOCKED`
+
+// qualified prefixes each of a list of columns with a table alias.
+func qualified(alias, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = alias + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
+
+type candidate struct {
+	st    *store.StatusEvidence
+	msgID string
+	byRef bool
+}
+
+// lockedRow is what applying evidence reads of a row under its lock.
+type lockedRow struct {
+	state      state.State
+	leaseUntil *time.Time
+	providerID string
+}
+
+// EvidenceApply applies pending statuses whose rows are known, as one
+// transaction: the statuses are locked (SKIP LOCKED), then their rows (in
+// id order, FOR UPDATE), and each is decided against its row as locked
+// and written through the store's transition code with its outcome.
+func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store.ApplyResult, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultApplyLimit
+	}
+	now := p.Now.UTC().Truncate(store.Resolution)
+	if p.Now.IsZero() {
+		now = s.clock()
+	}
+	res := &store.ApplyResult{}
+	err := s.inTx(ctx, "apply evidence", func(tx pgx.Tx) error {
+		*res = store.ApplyResult{Applied: []store.AppliedEvidence{}}
+		skipped := []string{}
+		for len(res.Applied) < limit {
+			cands, err := applyCandidates(ctx, tx, now, limit-len(res.Applied), skipped)
+			if err != nil {
+				return err
+			}
+			if len(cands) == 0 {
+				break
+			}
+			applied, left, recorded, err := s.applyBatch(ctx, tx, cands, now)
+			if err != nil {
+				return err
+			}
+			res.Applied = append(res.Applied, applied...)
+			skipped = append(skipped, left...)
+			// Another pass only for statuses of provider ids this one
+			// recorded on their rows (matched by callback reference).
+			if !recorded {
+				break
+			}
+		}
+		n, err := attribute(ctx, tx)
+		if err != nil {
+			return err
+		}
+		res.Attributed = n
+		if err := tx.QueryRow(ctx, countParkedSQL).Scan(&res.Parked); err != nil {
+			return fmt.Errorf("postgres: apply evidence: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// attributeCandidatesSQL finds unattributed replies whose context has
+// become a row's provider id. The lookup is a scalar subquery, one index
+// probe per waiting reply, so that the planner cannot choose to walk every
+// sent row's provider id (a merge join) instead.
+const attributeCandidatesSQL = `SELECT id, mid FROM (
+	SELECT u.id, (SELECT m.id FROM messages m WHERE m.provider_id = u.context_id AND m.provider_id <> '' ORDER BY m.id LIMIT 1) AS mid
+	FROM inbound u WHERE u.message_id IS NULL AND u.context_id <> '') l
+WHERE mid IS NOT NULL`
+
+// attribute links the replies attributeCandidatesSQL finds, by id, and
+// returns how many it linked (a concurrent run may have linked some).
+func attribute(ctx context.Context, tx pgx.Tx) (int, error) {
+	rs, err := tx.Query(ctx, attributeCandidatesSQL)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: apply evidence: attribute inbound: %w", err)
+	}
+	var ids, mids []string
+	for rs.Next() {
+		var id, mid string
+		if err := rs.Scan(&id, &mid); err != nil {
+			rs.Close()
+			return 0, fmt.Errorf("postgres: apply evidence: attribute inbound: %w", err)
+		}
+		ids, mids = append(ids, id), append(mids, mid)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return 0, fmt.Errorf("postgres: apply evidence: attribute inbound: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	tag, err := tx.Exec(ctx, "UPDATE inbound i SET message_id = v.mid FROM unnest($1::text[], $2::text[]) AS v(id, mid) "+
+		"WHERE i.id = v.id AND i.message_id IS NULL", ids, mids)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: apply evidence: attribute inbound: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+const countParkedSQL = "SELECT count(*) FROM evidence WHERE outcome = ''"
+
+func applyCandidates(ctx context.Context, tx pgx.Tx, now time.Time, limit int, skipped []string) ([]candidate, error) {
+	rs, err := tx.Query(ctx, applyCandidatesSQL, now, limit, skipped)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
+	}
+	defer rs.Close()
+	var out []candidate
+	for rs.Next() {
+		var c candidate
+		st, err := scanEvidence(rs, &c.msgID, &c.byRef)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: apply evidence: %w", err)
+		}
+		c.st = st
+		out = append(out, c)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
+	}
+	return out, nil
+}
+
+// applyBatch locks the rows of cands, decides each status in order
+// against its row as it stands after the ones before, and writes the
+// transitions and outcomes. It returns what it applied, the statuses it
+// left pending (their row moved or took a lease since they were
+// chosen), and whether it recorded a provider id on a row.
+func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, now time.Time) ([]store.AppliedEvidence, []string, bool, error) {
+	ids := make([]string, 0, len(cands))
+	for _, c := range cands {
+		ids = append(ids, c.msgID)
+	}
+	rows, err := lockRows(ctx, tx, ids)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	var (
+		applied  []store.AppliedEvidence
+		left     []string
+		ps       []store.TransitionParams
+		recorded bool
+	)
+	for _, c := range cands {
+		st, r := c.st, rows[c.msgID]
+		switch {
+		case r == nil,
+			// The match no longer holds: let the next run match again.
+			!c.byRef && r.providerID != st.ProviderID,
+			c.byRef && r.providerID != "" && st.ProviderID != "" && r.providerID != st.ProviderID,
+			// A drain claimed the row since: it records its own answer.
+			r.state == state.Sending && r.leaseUntil != nil && r.leaseUntil.After(now):
+			left = append(left, st.ID)
+			continue
+		}
+		ev := state.Event{Kind: state.Evidence, Status: st.Status}
+		ae := store.AppliedEvidence{EvidenceID: st.ID, MessageID: c.msgID, ProviderID: st.ProviderID, Status: st.Status,
+			From: r.state, To: r.state, Detail: evidenceDetail(st)}
+		res, err := state.Transition(r.state, ev)
+		var refused *state.RefusedError
+		switch {
+		case errors.As(err, &refused):
+			ae.Outcome = store.EvidenceRefused
+			ae.Detail += ": refused: " + refused.Why
+		case err != nil:
+			return nil, nil, false, fmt.Errorf("postgres: apply evidence: %w", err)
+		default:
+			tp := store.TransitionParams{ID: c.msgID, From: r.state, Event: ev, Source: store.SourceWebhook, Detail: ae.Detail, Now: now}
+			if c.byRef && r.providerID == "" && st.ProviderID != "" {
+				tp.ProviderID, r.providerID, recorded = st.ProviderID, st.ProviderID, true
+			}
+			if res.Applied && st.Status == state.Failed {
+				tp.LastError = evidenceLastError(st)
+			}
+			ps = append(ps, tp)
+			ae.To, ae.Outcome = res.To, store.EvidenceRecorded
+			if res.Applied {
+				ae.Outcome = store.EvidenceApplied
+				r.state = res.To
+				if res.To != state.Sending {
+					r.leaseUntil = nil
+				}
+			}
+		}
+		applied = append(applied, ae)
+	}
+	if len(ps) > 0 {
+		out, err := s.transitionMany(ctx, tx, ps)
+		if err != nil {
+			return nil, nil, false, err
+		}
+		for i, o := range out {
+			if o.Err != nil {
+				// Decided against the row under its lock: an error here
+				// is no lost race but a fault.
+				return nil, nil, false, fmt.Errorf("postgres: apply evidence to %s: %w", ps[i].ID, o.Err)
+			}
+		}
+	}
+	if len(applied) > 0 {
+		eids, outcomes, msgIDs := make([]string, len(applied)), make([]string, len(applied)), make([]string, len(applied))
+		for i, a := range applied {
+			eids[i], outcomes[i], msgIDs[i] = a.EvidenceID, a.Outcome, a.MessageID
+		}
+		if _, err := tx.Exec(ctx, "UPDATE evidence e SET outcome = v.outcome, message_id = v.message_id, applied_at = $1 "+
+			"FROM unnest($2::text[], $3::text[], $4::text[]) AS v(id, outcome, message_id) WHERE e.id = v.id",
+			now, eids, outcomes, msgIDs); err != nil {
+			return nil, nil, false, fmt.Errorf("postgres: apply evidence: %w", err)
+		}
+	}
+	return applied, left, recorded, nil
+}
+
+// lockRows locks rows by id, in id order (as every multi-row lock in this
+// store), so that two runs, or a run and a drain, never deadlock.
+func lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]*lockedRow, error) {
+	rs, err := tx.Query(ctx, "SELECT id, state, lease_until, provider_id FROM messages WHERE id = ANY($1) ORDER BY id FOR UPDATE", ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
+	}
+	defer rs.Close()
+	out := make(map[string]*lockedRow, len(ids))
+	for rs.Next() {
+		var id, st string
+		r := &lockedRow{}
+		if err := rs.Scan(&id, &st, &r.leaseUntil, &r.providerID); err != nil {
+			return nil, fmt.Errorf("postgres: apply evidence: %w", err)
+		}
+		r.state = state.State(st)
+		out[id] = r
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
+	}
+	return out, nil
+}
+
+// EvidenceList returns a row's statuses, or with id "" the parked ones,
+// oldest provider timestamp first.
+func (s *Store) EvidenceList(ctx context.Context, id string, limit int) ([]store.StatusEvidence, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	q := "SELECT " + evidenceCols + " FROM evidence WHERE message_id = $1 ORDER BY at, id LIMIT $2"
+	args := []any{id, limit}
+	if id == "" {
+		q = "SELECT " + evidenceCols + " FROM evidence WHERE outcome = '' ORDER BY at, id LIMIT $1"
+		args = []any{limit}
+	}
+	rs, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list evidence: %w", err)
+	}
+	defer rs.Close()
+	out := []store.StatusEvidence{}
+	for rs.Next() {
+		st, err := scanEvidence(rs)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: list evidence: %w", err)
+		}
+		out = append(out, *st)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: list evidence: %w", err)
+	}
+	return out, nil
+}
+
+const inboundCols = `id, event_id, provider, identity, provider_message_id, sender, type, text, reply_id, reply_title,
+	context_id, message_id, received_at, stored_at`
+
+// InboxList returns inbound messages, newest first.
+func (s *Store) InboxList(ctx context.Context, p *store.InboxParams) ([]store.Inbound, error) {
+	var where []string
+	var args []any
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where = append(where, strings.Replace(cond, "?", "$"+strconv.Itoa(len(args)), 1))
+	}
+	if p.Unattributed {
+		where = append(where, "message_id IS NULL")
+	}
+	if p.Identity != "" {
+		add("identity = ?", p.Identity)
+	}
+	if p.From != "" {
+		add("sender = ?", p.From)
+	}
+	if !p.Since.IsZero() {
+		add("received_at >= ?", p.Since.UTC())
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	q := "SELECT " + inboundCols + " FROM inbound"
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, limit)
+	q += " ORDER BY received_at DESC, id DESC LIMIT $" + strconv.Itoa(len(args))
+	rs, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: inbox: %w", err)
+	}
+	defer rs.Close()
+	out := []store.Inbound{}
+	for rs.Next() {
+		var in store.Inbound
+		if err := rs.Scan(&in.ID, &in.EventID, &in.Provider, &in.Identity, &in.ProviderMessageID, &in.From, &in.Type, &in.Text,
+			&in.ReplyID, &in.ReplyTitle, &in.ContextID, &in.MessageID, &in.ReceivedAt, &in.StoredAt); err != nil {
+			return nil, fmt.Errorf("postgres: inbox: %w", err)
+		}
+		in.ReceivedAt, in.StoredAt = in.ReceivedAt.UTC(), in.StoredAt.UTC()
+		out = append(out, in)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: inbox: %w", err)
+	}
+	return out, nil
+}
+
+// ServiceWindow returns when recipient last wrote to identity.
+func (s *Store) ServiceWindow(ctx context.Context, identity, recipient string) (time.Time, error) {
+	var at time.Time
+	err := s.pool.QueryRow(ctx, "SELECT last_inbound_at FROM service_windows WHERE identity = $1 AND recipient = $2",
+		identity, recipient).Scan(&at)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("postgres: service window: %w", err)
+	}
+	return at.UTC(), nil
+}
+
+// WebhookStats returns the evidence figures, of one moment.
+func (s *Store) WebhookStats(ctx context.Context) (*store.WebhookStats, error) {
+	var st store.WebhookStats
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return webhookStats(ctx, tx, &st)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// webhookStats reads the evidence figures, each from a partial index (of
+// the rows waiting for something) or a counter.
+func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error {
+	err := q.QueryRow(ctx, "SELECT coalesce((SELECT n FROM counters WHERE name = $1), 0), "+
+		"(SELECT count(*) FROM inbound WHERE message_id IS NULL), "+
+		"(SELECT count(*) FROM evidence WHERE outcome = ''), "+
+		"(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL)", store.CounterDuplicateWebhooks).
+		Scan(&st.DuplicateWebhooks, &st.UnattributedInbound, &st.ParkedEvidence, &st.UnprocessedWebhooks)
+	if err != nil {
+		return fmt.Errorf("postgres: webhook stats: %w", err)
+	}
+	return nil
+}

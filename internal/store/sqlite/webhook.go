@@ -1,0 +1,860 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// webhookChunk is the number of events one multi-row INSERT carries: a
+// webhook server's group commit is usually smaller than insertChunk, and
+// a cached statement of this size covers most of it; the remainder goes
+// row by row through a cached one-row statement, so no call prepares a
+// statement of its own odd size.
+const webhookChunk = 32
+
+const webhookCols = `id, provider, identity, headers, body, received_at, processed_at, error`
+
+const webhookInsertColN = 6
+
+func insertWebhooksSQL(n int) string {
+	return "INSERT INTO webhook_events (id, provider, identity, headers, body, received_at) VALUES " +
+		placeholders(n, webhookInsertColN)
+}
+
+// WebhookStore keeps raw events in one durable transaction.
+func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	now := s.clock()
+	ids := make([]string, len(evs))
+	recv := make([]time.Time, len(evs))
+	rows := make([][]any, len(evs))
+	for i := range evs {
+		ev := &evs[i]
+		ids[i] = s.ids.New(now)
+		recv[i] = now
+		if !ev.ReceivedAt.IsZero() {
+			recv[i] = ev.ReceivedAt.UTC().Truncate(store.Resolution)
+		}
+		headers, err := marshalHeaders(ev.Headers)
+		if err != nil {
+			return fmt.Errorf("sqlite: store webhook: %w", err)
+		}
+		body := ev.Body
+		if body == nil {
+			body = []byte{} // the column is NOT NULL: an empty body is still a delivery
+		}
+		rows[i] = []any{ids[i], ev.Provider, ev.Identity, headers, body, micros(recv[i])}
+	}
+	// Both statements are prepared once per store, before the transaction
+	// takes the single writer connection.
+	one, many := insertWebhooksSQL(1), insertWebhooksSQL(webhookChunk)
+	for _, q := range []string{one, many} {
+		if _, err := s.stmt(ctx, q); err != nil {
+			return fmt.Errorf("sqlite: store webhook: %w", err)
+		}
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: store webhook: %w", err)
+	}
+	defer tx.Rollback()
+	i := 0
+	if len(rows) >= webhookChunk {
+		st, err := s.txStmt(ctx, tx, many)
+		if err != nil {
+			return fmt.Errorf("sqlite: store webhook: %w", err)
+		}
+		for ; i+webhookChunk <= len(rows); i += webhookChunk {
+			args := make([]any, 0, webhookChunk*webhookInsertColN)
+			for _, r := range rows[i : i+webhookChunk] {
+				args = append(args, r...)
+			}
+			if _, err := st.ExecContext(ctx, args...); err != nil {
+				return fmt.Errorf("sqlite: store webhook: %w", err)
+			}
+		}
+	}
+	if i < len(rows) {
+		st, err := s.txStmt(ctx, tx, one)
+		if err != nil {
+			return fmt.Errorf("sqlite: store webhook: %w", err)
+		}
+		for ; i < len(rows); i++ {
+			if _, err := st.ExecContext(ctx, rows[i]...); err != nil {
+				return fmt.Errorf("sqlite: store webhook: %w", err)
+			}
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: store webhook: commit: %w", err)
+	}
+	// Only once durable: a failed call leaves the caller's events as they were.
+	for i := range evs {
+		evs[i].ID, evs[i].ReceivedAt = ids[i], recv[i]
+	}
+	return nil
+}
+
+func marshalHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	return string(b), err
+}
+
+func scanWebhook(sc scanner) (*store.WebhookEvent, error) {
+	var (
+		ev        store.WebhookEvent
+		headers   string
+		received  int64
+		processed sql.NullInt64
+	)
+	if err := sc.Scan(&ev.ID, &ev.Provider, &ev.Identity, &headers, &ev.Body, &received, &processed, &ev.Error); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(headers), &ev.Headers); err != nil {
+		return nil, fmt.Errorf("webhook %s: headers: %w", ev.ID, err)
+	}
+	ev.ReceivedAt, ev.ProcessedAt = fromMicros(received), fromNullMicros(processed)
+	return &ev, nil
+}
+
+// WebhookPending returns unprocessed events, oldest first.
+func (s *Store) WebhookPending(ctx context.Context, limit int) ([]store.WebhookEvent, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	rs, err := s.r.QueryContext(ctx, "SELECT "+webhookCols+" FROM webhook_events INDEXED BY webhook_events_pending "+
+		"WHERE processed_at IS NULL ORDER BY received_at, id LIMIT ?", limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: pending webhooks: %w", err)
+	}
+	defer rs.Close()
+	out := []store.WebhookEvent{}
+	for rs.Next() {
+		ev, err := scanWebhook(rs)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: pending webhooks: %w", err)
+		}
+		out = append(out, *ev)
+	}
+	return out, rs.Err()
+}
+
+// WebhookGet returns one stored event.
+func (s *Store) WebhookGet(ctx context.Context, id string) (*store.WebhookEvent, error) {
+	ev, err := scanWebhook(s.r.QueryRowContext(ctx, "SELECT "+webhookCols+" FROM webhook_events WHERE id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: get webhook: %w", err)
+	}
+	return ev, nil
+}
+
+// storedEvent is what ingest reads of an event.
+type storedEvent struct {
+	provider, identity string
+	receivedAt         time.Time
+	processed          bool
+}
+
+const (
+	insertEvidenceSQL = `INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at,
+	callback_ref, error_code, error, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (provider, dedupe_key) DO NOTHING`
+	insertInboundSQL = `INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text,
+	reply_id, reply_title, context_id, message_id, received_at, stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (provider, provider_message_id) DO NOTHING`
+	// The literal provider_id <> '' lets SQLite use the partial index
+	// messages_provider_id.
+	byProviderIDSQL = `SELECT id FROM messages WHERE provider_id = ? AND provider_id <> '' ORDER BY id LIMIT 1`
+	windowSQL       = `INSERT INTO service_windows (identity, recipient, last_inbound_at) VALUES (?, ?, ?)
+	ON CONFLICT (identity, recipient) DO UPDATE SET last_inbound_at = max(last_inbound_at, excluded.last_inbound_at)`
+	countDuplicatesSQL = `INSERT INTO counters (name, n) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET n = n + excluded.n`
+)
+
+// WebhookIngest writes what processing read from stored events in one
+// transaction. The unique indexes decide what is new (ON CONFLICT DO
+// NOTHING), also between items of one call.
+func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*store.IngestResult, error) {
+	res := &store.IngestResult{}
+	if len(ps) == 0 {
+		return res, nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: ingest: %w", err)
+	}
+	defer tx.Rollback()
+	ts := newTxStmts(tx)
+	defer ts.close()
+	now := s.clock()
+
+	events, err := readEvents(ctx, tx, ps)
+	if err != nil {
+		return nil, err
+	}
+	taken := map[string]bool{}
+	for i := range ps {
+		p := &ps[i]
+		ev := events[p.EventID]
+		if ev != nil && (ev.processed || taken[p.EventID]) {
+			continue // already written: running ingest twice writes nothing twice
+		}
+		taken[p.EventID] = true
+		if p.Err == "" {
+			if err := s.ingestOne(ctx, ts, p, ev, now, res); err != nil {
+				return nil, err
+			}
+		}
+		if ev == nil {
+			// No stored event of that id: its content is kept (nothing a
+			// provider said is dropped) but there is nothing to mark.
+			continue
+		}
+		r, err := ts.exec(ctx, "UPDATE webhook_events SET processed_at = ?, error = ? WHERE id = ? AND processed_at IS NULL",
+			micros(now), p.Err, p.EventID)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: ingest: mark processed: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n == 1 {
+			res.Events++
+		}
+	}
+	if res.Duplicates > 0 {
+		if _, err := ts.exec(ctx, countDuplicatesSQL, store.CounterDuplicateWebhooks, res.Duplicates); err != nil {
+			return nil, fmt.Errorf("sqlite: ingest: count duplicates: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: ingest: commit: %w", err)
+	}
+	return res, nil
+}
+
+func readEvents(ctx context.Context, tx *sql.Tx, ps []store.IngestParams) (map[string]*storedEvent, error) {
+	out := make(map[string]*storedEvent, len(ps))
+	const chunk = 500
+	for start := 0; start < len(ps); start += chunk {
+		part := ps[start:min(start+chunk, len(ps))]
+		args := make([]any, len(part))
+		for i := range part {
+			args[i] = part[i].EventID
+		}
+		rs, err := tx.QueryContext(ctx, "SELECT id, provider, identity, received_at, processed_at IS NOT NULL FROM webhook_events WHERE id IN ("+
+			strings.TrimSuffix(strings.Repeat("?,", len(part)), ",")+")", args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: ingest: read events: %w", err)
+		}
+		for rs.Next() {
+			var id string
+			var received int64
+			ev := &storedEvent{}
+			if err := rs.Scan(&id, &ev.provider, &ev.identity, &received, &ev.processed); err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("sqlite: ingest: read events: %w", err)
+			}
+			ev.receivedAt = fromMicros(received)
+			out[id] = ev
+		}
+		if err := rs.Close(); err != nil {
+			return nil, fmt.Errorf("sqlite: ingest: read events: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// ingestOne writes one event's statuses and inbound messages, counting
+// into res. IDs and store-set times are filled in place for the new ones.
+func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *storedEvent, now time.Time, res *store.IngestResult) error {
+	received := now
+	if ev != nil {
+		received = ev.receivedAt
+	}
+	for j := range p.Statuses {
+		st := &p.Statuses[j]
+		fillStatus(st, p.EventID, ev)
+		st.ReceivedAt = received
+		id := s.ids.New(now)
+		r, err := ts.exec(ctx, insertEvidenceSQL, id, st.EventID, st.Provider, st.Identity, st.DedupeKey, st.ProviderID,
+			string(st.Status), micros(st.At.UTC()), st.CallbackRef, st.ErrorCode, st.Error, micros(received))
+		if err != nil {
+			return fmt.Errorf("sqlite: ingest status: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n == 1 {
+			st.ID = id
+			res.Statuses++
+		} else {
+			res.Duplicates++
+		}
+	}
+	for j := range p.Inbound {
+		in := &p.Inbound[j]
+		fillInbound(in, p.EventID, j, ev)
+		if in.ReceivedAt.IsZero() {
+			in.ReceivedAt = received
+		}
+		in.ReceivedAt = in.ReceivedAt.UTC().Truncate(store.Resolution)
+		var msgID sql.NullString
+		if in.ContextID != "" {
+			row, err := ts.queryRow(ctx, byProviderIDSQL, in.ContextID)
+			if err != nil {
+				return fmt.Errorf("sqlite: ingest inbound: %w", err)
+			}
+			if err := row.Scan(&msgID); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("sqlite: ingest inbound: %w", err)
+			}
+		}
+		id := s.ids.New(now)
+		r, err := ts.exec(ctx, insertInboundSQL, id, in.EventID, in.Provider, in.Identity, in.ProviderMessageID, in.From,
+			in.Type, in.Text, in.ReplyID, in.ReplyTitle, in.ContextID, msgID, micros(in.ReceivedAt), micros(now))
+		if err != nil {
+			return fmt.Errorf("sqlite: ingest inbound: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n != 1 {
+			res.Duplicates++
+			continue
+		}
+		in.ID, in.StoredAt, in.MessageID = id, now, nil
+		if msgID.Valid {
+			in.MessageID = &msgID.String
+		}
+		res.Inbound++
+		if in.From != "" {
+			if _, err := ts.exec(ctx, windowSQL, in.Identity, in.From, micros(in.ReceivedAt)); err != nil {
+				return fmt.Errorf("sqlite: ingest window: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// fillStatus completes a status as ingest keeps it: its event, the
+// event's provider and identity when the parser named none, and a dedupe
+// key when the provider sent no delivery id (DESIGN.md §6: provider id,
+// status and timestamp identify a status across deliveries).
+func fillStatus(st *store.StatusEvidence, eventID string, ev *storedEvent) {
+	st.EventID = eventID
+	if ev != nil && st.Provider == "" {
+		st.Provider = ev.provider
+	}
+	if ev != nil && st.Identity == "" {
+		st.Identity = ev.identity
+	}
+	st.At = st.At.UTC().Truncate(store.Resolution)
+	if st.DedupeKey == "" {
+		st.DedupeKey = fmt.Sprintf("%s|%s|%d", st.ProviderID, st.Status, st.At.Unix())
+	}
+	st.ID, st.MessageID, st.Outcome, st.AppliedAt = "", "", "", nil
+}
+
+// fillInbound completes an inbound message as ingest keeps it. One
+// without a provider id is named by its event and position, so that at
+// least a replay of that event is a duplicate.
+func fillInbound(in *store.Inbound, eventID string, j int, ev *storedEvent) {
+	in.EventID = eventID
+	if ev != nil && in.Provider == "" {
+		in.Provider = ev.provider
+	}
+	if ev != nil && in.Identity == "" {
+		in.Identity = ev.identity
+	}
+	if in.ProviderMessageID == "" {
+		in.ProviderMessageID = fmt.Sprintf("%s#%d", eventID, j)
+	}
+	in.ID = ""
+}
+
+// evidenceDetail is the history detail of a status, e.g. "whatsapp
+// status delivered at 2026-11-29T10:00:00Z (wamid.X)".
+func evidenceDetail(st *store.StatusEvidence) string {
+	d := fmt.Sprintf("%s status %s at %s", st.Provider, st.Status, st.At.UTC().Format(time.RFC3339))
+	if st.ProviderID != "" {
+		d += " (" + st.ProviderID + ")"
+	}
+	if st.ErrorCode != "" {
+		d += " error " + st.ErrorCode
+	}
+	return d
+}
+
+// evidenceLastError is what a failed status leaves in last_error: the
+// provider's code and its error text verbatim, never a summary.
+func evidenceLastError(st *store.StatusEvidence) string {
+	switch {
+	case st.ErrorCode != "" && st.Error != "":
+		return st.ErrorCode + ": " + st.Error
+	case st.Error != "":
+		return st.Error
+	case st.ErrorCode != "":
+		return st.ErrorCode
+	}
+	return st.Provider + " reported the message failed, without an error"
+}
+
+const evidenceCols = `id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref,
+	error_code, error, message_id, outcome, received_at, applied_at`
+
+func scanEvidence(sc scanner) (*store.StatusEvidence, error) {
+	var (
+		st           store.StatusEvidence
+		status       string
+		at, received int64
+		applied      sql.NullInt64
+	)
+	if err := sc.Scan(&st.ID, &st.EventID, &st.Provider, &st.Identity, &st.DedupeKey, &st.ProviderID, &status, &at,
+		&st.CallbackRef, &st.ErrorCode, &st.Error, &st.MessageID, &st.Outcome, &received, &applied); err != nil {
+		return nil, err
+	}
+	st.Status, st.At, st.ReceivedAt, st.AppliedAt = state.State(status), fromMicros(at), fromMicros(received), fromNullMicros(applied)
+	return &st, nil
+}
+
+// defaultApplyLimit bounds an EvidenceApply without a limit.
+const defaultApplyLimit = 1000
+
+// applyCandidatesSQL finds pending statuses that have a row to go to
+// (by provider id, else by callback reference) whose drain does not hold
+// a live lease, oldest provider timestamp first. Parked statuses are
+// passed over here rather than after the LIMIT: a backlog of statuses no
+// row will ever claim (another system's sends on a shared number) must
+// not starve new ones. CROSS JOIN keeps evidence the outer loop.
+const applyCandidatesSQL = `SELECT e.id FROM evidence e INDEXED BY evidence_pending CROSS JOIN messages m
+WHERE e.outcome = '' AND m.id = coalesce(
+	(SELECT x.id FROM messages x WHERE x.provider_id = e.provider_id AND x.provider_id <> '' ORDER BY x.id LIMIT 1),
+	(SELECT x.id FROM messages x WHERE x.id = e.callback_ref AND (x.provider_id = '' OR e.provider_id = '' OR x.provider_id = e.provider_id)))
+AND NOT (m.state = 'sending' AND coalesce(m.lease_until, 0) > ?)
+ORDER BY e.at, e.id LIMIT ?`
+
+// attributeCandidatesSQL finds unattributed replies whose context has
+// become a row's provider id.
+const attributeCandidatesSQL = `SELECT id, mid FROM (
+	SELECT i.id, (SELECT m.id FROM messages m WHERE m.provider_id = i.context_id AND m.provider_id <> '' ORDER BY m.id LIMIT 1) AS mid
+	FROM inbound i INDEXED BY inbound_unattributed_context WHERE i.message_id IS NULL AND i.context_id <> ''
+) WHERE mid IS NOT NULL`
+
+// EvidenceApply applies pending statuses whose rows are known, in one
+// write transaction (SQLite has one writer: one fsync for the batch).
+// The candidates are found on a reader first, so that a long walk past
+// parked statuses never holds the write lock; each is read again under
+// it before it is applied.
+func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store.ApplyResult, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = defaultApplyLimit
+	}
+	now := p.Now.UTC().Truncate(store.Resolution)
+	if p.Now.IsZero() {
+		now = s.clock()
+	}
+	res := &store.ApplyResult{Applied: []store.AppliedEvidence{}}
+	cands, err := s.queryIDs(ctx, s.r, applyCandidatesSQL, micros(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+	}
+	links, err := s.attributeCandidates(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(cands) == 0 && len(links) == 0 {
+		if err := s.r.QueryRowContext(ctx, countParkedSQL).Scan(&res.Parked); err != nil {
+			return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+		}
+		return res, nil
+	}
+
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+	}
+	defer tx.Rollback()
+	ts := newTxStmts(tx)
+	defer ts.close()
+	for len(cands) > 0 && len(res.Applied) < limit {
+		// Provider ids that statuses matched by their callback reference
+		// recorded: parked statuses of those ids can go now.
+		recorded := map[string]string{}
+		for _, id := range cands {
+			if len(res.Applied) == limit {
+				break
+			}
+			ae, recordedID, err := s.applyEvidence(ctx, ts, id, now)
+			if err != nil {
+				return nil, err
+			}
+			if ae == nil {
+				continue
+			}
+			res.Applied = append(res.Applied, *ae)
+			if recordedID {
+				recorded[ae.ProviderID] = ae.MessageID
+			}
+		}
+		if cands, err = s.pendingOf(ctx, ts, recorded); err != nil {
+			return nil, err
+		}
+		for pid, msgID := range recorded {
+			r, err := ts.exec(ctx, "UPDATE inbound SET message_id = ? WHERE message_id IS NULL AND context_id <> '' AND context_id = ?", msgID, pid)
+			if err != nil {
+				return nil, fmt.Errorf("sqlite: apply evidence: attribute inbound: %w", err)
+			}
+			n, _ := r.RowsAffected()
+			res.Attributed += int(n)
+		}
+	}
+	for _, l := range links {
+		r, err := ts.exec(ctx, "UPDATE inbound SET message_id = ? WHERE id = ? AND message_id IS NULL", l.msgID, l.id)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: apply evidence: attribute inbound: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		res.Attributed += int(n)
+	}
+	row, err := ts.queryRow(ctx, countParkedSQL)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+	}
+	if err := row.Scan(&res.Parked); err != nil {
+		return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: apply evidence: commit: %w", err)
+	}
+	return res, nil
+}
+
+const countParkedSQL = "SELECT count(*) FROM evidence INDEXED BY evidence_pending WHERE outcome = ''"
+
+// matched is the row a status goes to.
+type matched struct {
+	id         string
+	state      state.State
+	leaseUntil sql.NullInt64
+	providerID string
+	byRef      bool // by callback reference: the row did not know the provider id
+}
+
+const matchCols = "id, state, lease_until, provider_id"
+
+// matchStatus finds the row of st: the one with its provider id, else
+// the one its callback reference names, when that row has no provider id
+// yet or the same one (a reference to a row since sent under another id
+// is not this send's status).
+func matchStatus(ctx context.Context, ts *txStmts, st *store.StatusEvidence) (*matched, error) {
+	read := func(q, arg string) (*matched, error) {
+		row, err := ts.queryRow(ctx, q, arg)
+		if err != nil {
+			return nil, err
+		}
+		m := &matched{}
+		var stt string
+		err = row.Scan(&m.id, &stt, &m.leaseUntil, &m.providerID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		m.state = state.State(stt)
+		return m, err
+	}
+	if st.ProviderID != "" {
+		m, err := read("SELECT "+matchCols+" FROM messages WHERE provider_id = ? AND provider_id <> '' ORDER BY id LIMIT 1", st.ProviderID)
+		if m != nil || err != nil {
+			return m, err
+		}
+	}
+	if st.CallbackRef == "" {
+		return nil, nil
+	}
+	m, err := read("SELECT "+matchCols+" FROM messages WHERE id = ?", st.CallbackRef)
+	if m == nil || err != nil {
+		return nil, err
+	}
+	if m.providerID != "" && st.ProviderID != "" && m.providerID != st.ProviderID {
+		return nil, nil
+	}
+	m.byRef = true
+	return m, nil
+}
+
+// applyEvidence applies the pending status id, if it is still pending
+// and its row is there and not under a live lease (nil otherwise), with
+// its outcome marked in the same transaction as its transition. It
+// reports whether it recorded the status's provider id on the row.
+func (s *Store) applyEvidence(ctx context.Context, ts *txStmts, id string, now time.Time) (*store.AppliedEvidence, bool, error) {
+	row, err := ts.queryRow(ctx, "SELECT "+evidenceCols+" FROM evidence WHERE id = ? AND outcome = ''", id)
+	if err != nil {
+		return nil, false, fmt.Errorf("sqlite: apply evidence: %w", err)
+	}
+	st, err := scanEvidence(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil // applied by another process meanwhile
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("sqlite: apply evidence: %w", err)
+	}
+	m, err := matchStatus(ctx, ts, st)
+	if err != nil {
+		return nil, false, fmt.Errorf("sqlite: apply evidence: %w", err)
+	}
+	if m == nil || (m.state == state.Sending && m.leaseUntil.Valid && fromMicros(m.leaseUntil.Int64).After(now)) {
+		return nil, false, nil // parked: the drain holding the lease records its own answer
+	}
+	ev := state.Event{Kind: state.Evidence, Status: st.Status}
+	ae := &store.AppliedEvidence{EvidenceID: st.ID, MessageID: m.id, ProviderID: st.ProviderID, Status: st.Status,
+		From: m.state, To: m.state, Detail: evidenceDetail(st)}
+	recordID := m.byRef && m.providerID == "" && st.ProviderID != ""
+	res, err := state.Transition(m.state, ev)
+	var refused *state.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		ae.Outcome = store.EvidenceRefused
+		ae.Detail += ": refused: " + refused.Why
+		recordID = false
+	case err != nil:
+		return nil, false, fmt.Errorf("sqlite: apply evidence: %w", err)
+	default:
+		tp := store.TransitionParams{ID: m.id, From: m.state, Event: ev, Source: store.SourceWebhook, Detail: ae.Detail, Now: now}
+		if recordID {
+			tp.ProviderID = st.ProviderID
+		}
+		if res.Applied && st.Status == state.Failed {
+			tp.LastError = evidenceLastError(st)
+		}
+		if _, err := s.applyTransition(ctx, ts, &tp); err != nil {
+			// The row was read under the write lock just now: any
+			// error here is the database's.
+			return nil, false, fmt.Errorf("sqlite: apply evidence %s to %s: %w", st.ID, m.id, err)
+		}
+		ae.To, ae.Outcome = res.To, store.EvidenceRecorded
+		if res.Applied {
+			ae.Outcome = store.EvidenceApplied
+		}
+	}
+	if _, err := ts.exec(ctx, "UPDATE evidence SET outcome = ?, message_id = ?, applied_at = ? WHERE id = ?",
+		ae.Outcome, m.id, micros(now), st.ID); err != nil {
+		return nil, false, fmt.Errorf("sqlite: apply evidence: %w", err)
+	}
+	return ae, recordID, nil
+}
+
+// pendingOf returns the pending statuses of the given provider ids,
+// oldest provider timestamp first.
+func (s *Store) pendingOf(ctx context.Context, ts *txStmts, pids map[string]string) ([]string, error) {
+	type item struct {
+		id string
+		at int64
+	}
+	var items []item
+	for pid := range pids {
+		st, err := ts.prepare(ctx, "SELECT id, at FROM evidence INDEXED BY evidence_pending_provider WHERE outcome = '' AND provider_id = ?")
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+		}
+		rs, err := st.QueryContext(ctx, pid)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+		}
+		for rs.Next() {
+			var it item
+			if err := rs.Scan(&it.id, &it.at); err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+			}
+			items = append(items, it)
+		}
+		if err := rs.Close(); err != nil {
+			return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+		}
+	}
+	sort.Slice(items, func(i, j int) bool {
+		if items[i].at != items[j].at {
+			return items[i].at < items[j].at
+		}
+		return items[i].id < items[j].id
+	})
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = it.id
+	}
+	return out, nil
+}
+
+func (s *Store) queryIDs(ctx context.Context, db *sql.DB, q string, args ...any) ([]string, error) {
+	rs, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []string
+	for rs.Next() {
+		var id string
+		if err := rs.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rs.Err()
+}
+
+type link struct{ id, msgID string }
+
+func (s *Store) attributeCandidates(ctx context.Context) ([]link, error) {
+	rs, err := s.r.QueryContext(ctx, attributeCandidatesSQL)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: apply evidence: attribute inbound: %w", err)
+	}
+	defer rs.Close()
+	var out []link
+	for rs.Next() {
+		var l link
+		if err := rs.Scan(&l.id, &l.msgID); err != nil {
+			return nil, fmt.Errorf("sqlite: apply evidence: attribute inbound: %w", err)
+		}
+		out = append(out, l)
+	}
+	return out, rs.Err()
+}
+
+// EvidenceList returns a row's statuses, or with id "" the parked ones,
+// oldest provider timestamp first.
+func (s *Store) EvidenceList(ctx context.Context, id string, limit int) ([]store.StatusEvidence, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	q := "SELECT " + evidenceCols + " FROM evidence INDEXED BY evidence_message WHERE message_id = ? ORDER BY at, id LIMIT ?"
+	args := []any{id, limit}
+	if id == "" {
+		q = "SELECT " + evidenceCols + " FROM evidence INDEXED BY evidence_pending WHERE outcome = '' ORDER BY at, id LIMIT ?"
+		args = []any{limit}
+	}
+	rs, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list evidence: %w", err)
+	}
+	defer rs.Close()
+	out := []store.StatusEvidence{}
+	for rs.Next() {
+		st, err := scanEvidence(rs)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: list evidence: %w", err)
+		}
+		out = append(out, *st)
+	}
+	return out, rs.Err()
+}
+
+const inboundCols = `id, event_id, provider, identity, provider_message_id, sender, type, text, reply_id, reply_title,
+	context_id, message_id, received_at, stored_at`
+
+// InboxList returns inbound messages, newest first.
+func (s *Store) InboxList(ctx context.Context, p *store.InboxParams) ([]store.Inbound, error) {
+	var where []string
+	var args []any
+	index := "inbound_received"
+	if p.Unattributed {
+		// The literal predicate lets SQLite use the partial index.
+		where, index = append(where, "message_id IS NULL"), "inbound_unattributed"
+	}
+	if p.Identity != "" {
+		where, args = append(where, "identity = ?"), append(args, p.Identity)
+	}
+	if p.From != "" {
+		where, args = append(where, "sender = ?"), append(args, p.From)
+	}
+	if !p.Since.IsZero() {
+		where, args = append(where, "received_at >= ?"), append(args, micros(p.Since))
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	q := "SELECT " + inboundCols + " FROM inbound INDEXED BY " + index
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY received_at DESC, id DESC LIMIT ?"
+	rs, err := s.r.QueryContext(ctx, q, append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: inbox: %w", err)
+	}
+	defer rs.Close()
+	out := []store.Inbound{}
+	for rs.Next() {
+		var (
+			in                 store.Inbound
+			msgID              sql.NullString
+			received, storedAt int64
+		)
+		if err := rs.Scan(&in.ID, &in.EventID, &in.Provider, &in.Identity, &in.ProviderMessageID, &in.From, &in.Type, &in.Text,
+			&in.ReplyID, &in.ReplyTitle, &in.ContextID, &msgID, &received, &storedAt); err != nil {
+			return nil, fmt.Errorf("sqlite: inbox: %w", err)
+		}
+		if msgID.Valid {
+			in.MessageID = &msgID.String
+		}
+		in.ReceivedAt, in.StoredAt = fromMicros(received), fromMicros(storedAt)
+		out = append(out, in)
+	}
+	return out, rs.Err()
+}
+
+// ServiceWindow returns when recipient last wrote to identity.
+func (s *Store) ServiceWindow(ctx context.Context, identity, recipient string) (time.Time, error) {
+	var at int64
+	err := s.r.QueryRowContext(ctx, "SELECT last_inbound_at FROM service_windows WHERE identity = ? AND recipient = ?",
+		identity, recipient).Scan(&at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("sqlite: service window: %w", err)
+	}
+	return fromMicros(at), nil
+}
+
+// WebhookStats returns the evidence figures, of one moment.
+func (s *Store) WebhookStats(ctx context.Context) (*store.WebhookStats, error) {
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: webhook stats: %w", err)
+	}
+	defer tx.Rollback()
+	var st store.WebhookStats
+	if err := webhookStats(ctx, tx, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// webhookStats reads the evidence figures, each from a partial index (of
+// the rows waiting for something) or a counter.
+func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error {
+	for _, f := range []struct {
+		q    string
+		args []any
+		dest any
+	}{
+		{"SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)", []any{store.CounterDuplicateWebhooks}, &st.DuplicateWebhooks},
+		{"SELECT count(*) FROM inbound INDEXED BY inbound_unattributed WHERE message_id IS NULL", nil, &st.UnattributedInbound},
+		{countParkedSQL, nil, &st.ParkedEvidence},
+		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_pending WHERE processed_at IS NULL", nil, &st.UnprocessedWebhooks},
+	} {
+		if err := q.QueryRowContext(ctx, f.q, f.args...).Scan(f.dest); err != nil {
+			return fmt.Errorf("sqlite: webhook stats: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/msgq/msgq/internal/state"
+)
+
+// The evidence side of a store (DESIGN.md §6): raw webhook deliveries kept
+// before they are acknowledged, the statuses and inbound messages parsed
+// from them, and the customer-service windows inbound messages open.
+//
+// The flow is three steps, each its own durable transaction, so that a
+// crash anywhere loses nothing and repeats nothing:
+//
+//  1. WebhookStore: the raw body, before the provider gets its 200.
+//  2. WebhookIngest: the parsed statuses and inbound messages of stored
+//     events, deduplicated, with the events marked processed.
+//  3. EvidenceApply: pending statuses matched to rows and applied through
+//     the state machine (forward only); unmatched ones stay parked.
+
+// Webhook providers: the path segment of each endpoint.
+const (
+	WebhookWhatsApp = "whatsapp"
+	WebhookHTTP     = "http"
+)
+
+// CounterDuplicateWebhooks names the running count of statuses and
+// inbound messages that arrived again (a provider retry or a replay).
+const CounterDuplicateWebhooks = "duplicate_webhooks"
+
+// WebhookEvent is one raw delivery, as received.
+type WebhookEvent struct {
+	ID       string `json:"id"`       // set by WebhookStore
+	Provider string `json:"provider"` // WebhookWhatsApp or WebhookHTTP
+	// Identity is the identity whose secret verified the signature (""
+	// for a replay without one); processing may name another from the
+	// payload (WhatsApp's phone_number_id).
+	Identity string `json:"identity"`
+	// Headers are the ones that matter for an audit or a replay
+	// (signature, webhook-id, webhook-timestamp, content type), by
+	// lower-case name.
+	Headers    map[string]string `json:"headers"`
+	Body       []byte            `json:"body"`
+	ReceivedAt time.Time         `json:"received_at"` // set by WebhookStore when zero
+	// ProcessedAt is when WebhookIngest took the event (nil: not yet).
+	ProcessedAt *time.Time `json:"processed_at"`
+	// Error is why processing could not read the event ("" when it could).
+	Error string `json:"error"`
+}
+
+// StatusEvidence is one status a provider reported about one message.
+type StatusEvidence struct {
+	ID       string `json:"id"` // set by WebhookIngest
+	EventID  string `json:"event_id"`
+	Provider string `json:"provider"`
+	Identity string `json:"identity"`
+	// DedupeKey identifies the status across deliveries: the webhook id
+	// where the provider sends one, else provider id|status|timestamp.
+	// Unique per provider.
+	DedupeKey  string      `json:"dedupe_key"`
+	ProviderID string      `json:"provider_id"` // the provider's message id (WhatsApp's wamid)
+	Status     state.State `json:"status"`      // sent, delivered, read or failed
+	At         time.Time   `json:"at"`          // the provider's timestamp
+	// CallbackRef is our message id as echoed back by the provider
+	// (WhatsApp's biz_opaque_callback_data, the http API's ref).
+	CallbackRef string `json:"callback_ref"`
+	// ErrorCode is the provider's first error code of a failed status;
+	// Error the provider's error text verbatim (WhatsApp: the errors
+	// array as received).
+	ErrorCode string `json:"error_code"`
+	Error     string `json:"error"`
+	// Set by the store:
+	MessageID  string     `json:"message_id"` // the row it was matched to ("" while parked)
+	Outcome    string     `json:"outcome"`    // "" while pending, else an Evidence* outcome
+	ReceivedAt time.Time  `json:"received_at"`
+	AppliedAt  *time.Time `json:"applied_at"`
+}
+
+// Outcomes of a status once matched to a row.
+const (
+	EvidenceApplied  = "applied"  // the row moved
+	EvidenceRecorded = "recorded" // stale or repeated: in history, the row kept its state
+	EvidenceRefused  = "refused"  // the machine refused it (e.g. a status for a row never claimed)
+)
+
+// Inbound is one message a customer sent us. Field names in JSON are a
+// contract (msgq inbox -o json).
+type Inbound struct {
+	ID       string `json:"id"` // set by WebhookIngest
+	EventID  string `json:"event_id"`
+	Provider string `json:"provider"`
+	Identity string `json:"identity"`
+	// ProviderMessageID is the provider's id of the inbound message;
+	// unique per provider, so a redelivery is a duplicate.
+	ProviderMessageID string `json:"provider_message_id"`
+	From              string `json:"from"` // E.164 with the plus
+	Type              string `json:"type"` // the provider's message type (text, button, interactive, ...)
+	Text              string `json:"text"`
+	// ReplyID is the id of the button or list row the customer chose
+	// (WhatsApp's button_reply.id, list_reply.id or a quick reply's
+	// payload): replies are matched by it, never by ReplyTitle.
+	ReplyID    string `json:"reply_id"`
+	ReplyTitle string `json:"reply_title"`
+	// ContextID is the provider id of the message replied to.
+	ContextID string `json:"context_id"`
+	// MessageID is the row replied to, nil when no row could be linked.
+	MessageID  *string   `json:"message_id"`
+	ReceivedAt time.Time `json:"received_at"` // the provider's timestamp
+	StoredAt   time.Time `json:"stored_at"`   // set by WebhookIngest
+}
+
+// IngestParams is what processing read from one stored event. Err, when
+// set, says the event could not be read: it is marked processed with that
+// error and nothing else is written.
+type IngestParams struct {
+	EventID  string
+	Statuses []StatusEvidence
+	Inbound  []Inbound
+	Err      string
+}
+
+// IngestResult counts what WebhookIngest wrote.
+type IngestResult struct {
+	Events     int // events marked processed
+	Statuses   int // new statuses (pending until applied)
+	Inbound    int // new inbound messages
+	Duplicates int // statuses and inbound messages seen before
+}
+
+// ApplyParams bounds EvidenceApply.
+type ApplyParams struct {
+	Limit int       // at most this many statuses; 0: 1000
+	Now   time.Time // zero: the store's clock
+}
+
+// AppliedEvidence is one status EvidenceApply matched to a row.
+type AppliedEvidence struct {
+	EvidenceID string      `json:"evidence_id"`
+	MessageID  string      `json:"message_id"`
+	ProviderID string      `json:"provider_id"`
+	Status     state.State `json:"status"`
+	From       state.State `json:"from"`
+	To         state.State `json:"to"`
+	Outcome    string      `json:"outcome"`
+	Detail     string      `json:"detail"`
+}
+
+// ApplyResult is what one EvidenceApply did.
+type ApplyResult struct {
+	Applied []AppliedEvidence `json:"applied"`
+	// Parked counts pending statuses still without a row (or whose row a
+	// drain still holds the lease of) after the run.
+	Parked int `json:"parked"`
+	// Attributed counts inbound messages linked to a row in this run
+	// (their reply context became known).
+	Attributed int `json:"attributed"`
+}
+
+// InboxParams filters InboxList. Zero values mean "any".
+type InboxParams struct {
+	Unattributed bool
+	Identity     string
+	From         string
+	Since        time.Time // received at or after
+	Limit        int       // 0: DefaultListLimit
+}
+
+// WebhookStats are the evidence figures Stats reports.
+type WebhookStats struct {
+	// DuplicateWebhooks counts statuses and inbound messages that arrived
+	// again, since the store was created.
+	DuplicateWebhooks int64 `json:"duplicate_webhooks"`
+	// UnattributedInbound counts inbound messages linked to no row.
+	UnattributedInbound int `json:"unattributed_inbound"`
+	// ParkedEvidence counts statuses waiting for their row.
+	ParkedEvidence int `json:"parked_evidence"`
+	// UnprocessedWebhooks counts stored events not yet processed.
+	UnprocessedWebhooks int `json:"unprocessed_webhooks"`
+}
+
+// Evidence is the part of a Store that keeps webhook evidence.
+type Evidence interface {
+	// WebhookStore keeps raw events in one durable transaction, assigning
+	// their IDs (and ReceivedAt when zero) in place. Only after it returns
+	// may the provider be told 200.
+	WebhookStore(ctx context.Context, evs []WebhookEvent) error
+
+	// WebhookPending returns up to limit events not yet processed,
+	// oldest first.
+	WebhookPending(ctx context.Context, limit int) ([]WebhookEvent, error)
+
+	// WebhookGet returns one stored event. Errors: ErrNotFound.
+	WebhookGet(ctx context.Context, id string) (*WebhookEvent, error)
+
+	// WebhookIngest writes what processing read from stored events, in one
+	// durable transaction: new statuses (pending), new inbound messages
+	// (linked to the row whose provider_id is their ContextID, when
+	// there is one), each inbound message's window (ServiceWindow moves
+	// to the latest ReceivedAt), the duplicate counter, and every event
+	// marked processed. An event already processed is skipped, so
+	// running it twice writes nothing twice. A status whose DedupeKey or
+	// an inbound message whose ProviderMessageID the store already has is
+	// a duplicate: counted, not written.
+	WebhookIngest(ctx context.Context, ps []IngestParams) (*IngestResult, error)
+
+	// EvidenceApply matches pending statuses to rows (by provider_id, or
+	// by CallbackRef naming a row whose provider_id is empty or equal),
+	// oldest provider timestamp first, and applies each through
+	// state.Transition (event Evidence, source webhook) in its own
+	// conditional write with a history row: forward only, a stale status
+	// recorded in history but not applied. A failed status that applies
+	// carries its ErrorCode and Error verbatim into the row's last_error;
+	// a status matched by CallbackRef records its ProviderID on the row.
+	// A status whose row is in sending under a live lease stays parked:
+	// the drain holding it will record the answer. It also links
+	// unattributed inbound messages whose ContextID has become known.
+	EvidenceApply(ctx context.Context, p *ApplyParams) (*ApplyResult, error)
+
+	// EvidenceList returns the statuses recorded for the row id (matched
+	// to it), oldest first, or, with id "", the parked ones.
+	EvidenceList(ctx context.Context, id string, limit int) ([]StatusEvidence, error)
+
+	// InboxList returns inbound messages matching p, newest first.
+	InboxList(ctx context.Context, p *InboxParams) ([]Inbound, error)
+
+	// ServiceWindow returns when the customer last wrote to identity from
+	// recipient (E.164), or the zero time when never: the
+	// customer-service window is open until that time plus its length.
+	ServiceWindow(ctx context.Context, identity, recipient string) (time.Time, error)
+
+	// WebhookStats returns the evidence figures.
+	WebhookStats(ctx context.Context) (*WebhookStats, error)
+}

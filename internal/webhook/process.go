@@ -1,0 +1,218 @@
+package webhook
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/webhook/payload"
+)
+
+// Processor turns stored deliveries into evidence: it parses each one,
+// ingests its statuses and inbound messages (deduplicated), then applies
+// pending statuses to their rows through the state machine. Every step
+// reads from and writes to the store, so it can stop anywhere and a later
+// run (the worker in webhook serve, or msgq webhook process from cron)
+// carries on.
+type Processor struct {
+	Store store.Store
+	// PhoneNumberIDs maps WhatsApp phone_number_ids to identity names, so
+	// that statuses and inbound messages are filed under the identity
+	// they came through.
+	PhoneNumberIDs map[string]string
+	// Batch is how many deliveries one ingest takes (0: 256).
+	Batch int
+	// MinGap is the least time between the starts of two rounds that a
+	// wake-up triggers (0: 100ms).
+	MinGap time.Duration
+	Log   *slog.Logger
+}
+
+// Summary counts what processing did. Field names are a JSON contract.
+type Summary struct {
+	Events     int `json:"events"`
+	Unreadable int `json:"unreadable"`
+	Statuses   int `json:"statuses"`
+	Inbound    int `json:"inbound"`
+	Duplicates int `json:"duplicates"`
+	Applied    int `json:"applied"`
+	Recorded   int `json:"recorded"`
+	Refused    int `json:"refused"`
+	Attributed int `json:"attributed"`
+	Parked     int `json:"parked"`
+	// Changes lists what happened to rows, in order.
+	Changes []store.AppliedEvidence `json:"changes"`
+}
+
+func (s *Summary) add(o Summary) {
+	s.Events += o.Events
+	s.Unreadable += o.Unreadable
+	s.Statuses += o.Statuses
+	s.Inbound += o.Inbound
+	s.Duplicates += o.Duplicates
+	s.Applied += o.Applied
+	s.Recorded += o.Recorded
+	s.Refused += o.Refused
+	s.Attributed += o.Attributed
+	s.Parked = o.Parked
+	s.Changes = append(s.Changes, o.Changes...)
+}
+
+func (p *Processor) minGap() time.Duration {
+	if p.MinGap <= 0 {
+		return 100 * time.Millisecond
+	}
+	return p.MinGap
+}
+
+func (p *Processor) log() *slog.Logger {
+	if p.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return p.Log
+}
+
+// Once processes every stored delivery not yet processed, then applies
+// every pending status it can, and returns what it did.
+func (p *Processor) Once(ctx context.Context) (Summary, error) {
+	var sum Summary
+	n := p.Batch
+	if n <= 0 {
+		n = 256
+	}
+	for {
+		evs, err := p.Store.WebhookPending(ctx, n)
+		if err != nil {
+			return sum, err
+		}
+		if len(evs) == 0 {
+			break
+		}
+		ps := make([]store.IngestParams, len(evs))
+		for i := range evs {
+			ps[i] = p.read(&evs[i])
+			if ps[i].Err != "" {
+				sum.Unreadable++
+			}
+		}
+		res, err := p.Store.WebhookIngest(ctx, ps)
+		if err != nil {
+			return sum, err
+		}
+		sum.add(Summary{Events: res.Events, Statuses: res.Statuses, Inbound: res.Inbound, Duplicates: res.Duplicates})
+		if len(evs) < n {
+			break
+		}
+	}
+	for {
+		res, err := p.Store.EvidenceApply(ctx, &store.ApplyParams{Limit: 1000})
+		if err != nil {
+			return sum, err
+		}
+		var s Summary
+		for _, a := range res.Applied {
+			switch a.Outcome {
+			case store.EvidenceApplied:
+				s.Applied++
+			case store.EvidenceRecorded:
+				s.Recorded++
+			case store.EvidenceRefused:
+				s.Refused++
+			}
+			p.log().Debug("webhook: status", "id", a.MessageID, "status", a.Status, "from", a.From, "to", a.To, "outcome", a.Outcome)
+		}
+		s.Changes, s.Attributed, s.Parked = res.Applied, res.Attributed, res.Parked
+		sum.add(s)
+		// A full page means more may be waiting; a short one that
+		// changed nothing means the rest are parked.
+		if len(res.Applied) < 1000 {
+			break
+		}
+	}
+	return sum, nil
+}
+
+// read parses one stored delivery into what the store ingests. A body that
+// cannot be read (it passed the receiver's check, so this is a parser
+// change or a replayed file) is marked with the error, not retried forever;
+// its raw body stays for a person.
+func (p *Processor) read(ev *store.WebhookEvent) store.IngestParams {
+	out := store.IngestParams{EventID: ev.ID}
+	var (
+		b   *payload.Batch
+		err error
+	)
+	switch ev.Provider {
+	case store.WebhookWhatsApp:
+		b, err = payload.WhatsApp(ev.Body)
+	case store.WebhookHTTP:
+		b, err = payload.HTTP(ev.Body, ev.Headers["webhook-id"])
+	default:
+		out.Err = "unknown provider " + ev.Provider
+		return out
+	}
+	if err != nil {
+		out.Err = err.Error()
+		p.log().Error("webhook: stored delivery unreadable", "event", ev.ID, "err", err)
+		return out
+	}
+	for _, ig := range b.Ignored {
+		p.log().Debug("webhook: ignored", "event", ev.ID, "item", ig)
+	}
+	for _, s := range b.Statuses {
+		e := s.StatusEvidence
+		e.EventID, e.Identity = ev.ID, p.identity(ev, s.PhoneNumberID)
+		out.Statuses = append(out.Statuses, e)
+	}
+	for _, m := range b.Inbound {
+		in := m.Inbound
+		in.EventID, in.Identity = ev.ID, p.identity(ev, m.PhoneNumberID)
+		p.log().Debug("webhook: inbound", "event", ev.ID, "from", phone.Mask(in.From), "type", in.Type)
+		out.Inbound = append(out.Inbound, in)
+	}
+	return out
+}
+
+// identity names the identity an item came through: the WhatsApp number
+// it names when that number is configured, else the identity whose secret
+// verified the delivery.
+func (p *Processor) identity(ev *store.WebhookEvent, phoneNumberID string) string {
+	if id, ok := p.PhoneNumberIDs[phoneNumberID]; ok && phoneNumberID != "" {
+		return id
+	}
+	return ev.Identity
+}
+
+// Run processes until ctx ends: at once when woken (a delivery was
+// stored), and every poll otherwise, which also retries parked statuses
+// whose row has since learnt its provider id.
+func (p *Processor) Run(ctx context.Context, wake <-chan struct{}, poll time.Duration) {
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		started := time.Now()
+		if _, err := p.Once(ctx); err != nil && ctx.Err() == nil {
+			// The deliveries are stored: the next round tries again.
+			p.log().Error("webhook: processing failed; will retry", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+			// Under load a wake-up comes with every group commit. Rounds
+			// at most every MinGap let deliveries gather into larger
+			// ingests and leave the single SQLite writer to the
+			// receiver, whose answers providers are waiting for.
+			if gap := p.minGap() - time.Since(started); gap > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(gap):
+				}
+			}
+		case <-t.C:
+		}
+	}
+}
