@@ -27,7 +27,7 @@ type Processor struct {
 	// MinGap is the least time between the starts of two rounds that a
 	// wake-up triggers (0: 100ms).
 	MinGap time.Duration
-	Log   *slog.Logger
+	Log    *slog.Logger
 }
 
 // Summary counts what processing did. Field names are a JSON contract.
