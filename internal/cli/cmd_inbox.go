@@ -5,7 +5,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/store"
 )
 
@@ -27,13 +26,9 @@ func (o *inboxOptions) params(now time.Time, cfg *config) (*store.InboxParams, e
 		}
 	}
 	if o.from != "" {
-		region := o.region
-		if region == "" {
-			region = cfg.Region
-		}
-		from, err := phone.Normalize(o.from, region)
+		from, err := numberFlag("--from", o.from, o.region, cfg)
 		if err != nil {
-			return nil, usagef("--from: %v", err)
+			return nil, err
 		}
 		p.From = from
 	}

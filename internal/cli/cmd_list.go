@@ -31,13 +31,9 @@ func (o *listOptions) params(now time.Time, cfg *config) (*store.ListParams, err
 		p.State = s
 	}
 	if o.to != "" {
-		region := o.region
-		if region == "" {
-			region = cfg.Region
-		}
-		to, err := phone.Normalize(o.to, region)
+		to, err := numberFlag("--to", o.to, o.region, cfg)
 		if err != nil {
-			return nil, usagef("--to: %v", err)
+			return nil, err
 		}
 		p.To = to
 	}
@@ -52,6 +48,19 @@ func (o *listOptions) params(now time.Time, cfg *config) (*store.ListParams, err
 		p.Since = t
 	}
 	return p, nil
+}
+
+// numberFlag normalises a phone number given to flag name, reading a local
+// number as one of region (the flag, else the configured region).
+func numberFlag(name, v, region string, cfg *config) (string, error) {
+	if region == "" {
+		region = cfg.Region
+	}
+	n, err := phone.Normalize(v, region)
+	if err != nil {
+		return "", usagef("%s: %v", name, err)
+	}
+	return n, nil
 }
 
 // parseSince reads an RFC 3339 time or a duration ago ("1h": the last hour).

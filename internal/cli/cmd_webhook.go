@@ -256,12 +256,7 @@ or to catch up after a crash. Running it again changes nothing.
 			if err != nil {
 				return err
 			}
-			p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities), Log: a.log}
-			sum, err := p.Once(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printProcessSummary(a, sum)
+			return processStored(cmd.Context(), a, st)
 		},
 	}
 	return cmd
@@ -324,12 +319,7 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 			}}); err != nil {
 				return err
 			}
-			p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities), Log: a.log}
-			sum, err := p.Once(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return printProcessSummary(a, sum)
+			return processStored(cmd.Context(), a, st)
 		},
 	}
 	f := cmd.Flags()
@@ -356,6 +346,17 @@ func readReplay(a *app, name string) ([]byte, error) {
 		return nil, usagef("%s: body over %d bytes", name, webhook.DefaultMaxBody)
 	}
 	return body, nil
+}
+
+// processStored processes every stored delivery and pending status, and
+// prints what changed.
+func processStored(ctx context.Context, a *app, st store.Store) error {
+	p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities), Log: a.log}
+	sum, err := p.Once(ctx)
+	if err != nil {
+		return err
+	}
+	return printProcessSummary(a, sum)
 }
 
 // printProcessSummary prints what processing did: a line on stderr, the
