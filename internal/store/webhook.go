@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/msgq/msgq/internal/state"
@@ -232,4 +233,68 @@ type Evidence interface {
 
 	// WebhookStats returns the evidence figures.
 	WebhookStats(ctx context.Context) (*WebhookStats, error)
+}
+
+// PrepareStatus completes a status as a store's ingest keeps it: its
+// event, the event's provider and identity when the parser named none,
+// and a dedupe key when the provider sent no delivery id (DESIGN.md §6:
+// provider id, status and timestamp identify a status across deliveries).
+func PrepareStatus(st *StatusEvidence, eventID, provider, identity string) {
+	st.EventID = eventID
+	if st.Provider == "" {
+		st.Provider = provider
+	}
+	if st.Identity == "" {
+		st.Identity = identity
+	}
+	st.At = st.At.UTC().Truncate(Resolution)
+	if st.DedupeKey == "" {
+		st.DedupeKey = fmt.Sprintf("%s|%s|%d", st.ProviderID, st.Status, st.At.Unix())
+	}
+	st.ID, st.MessageID, st.Outcome, st.AppliedAt = "", "", "", nil
+}
+
+// PrepareInbound completes the j-th inbound message of an event as a
+// store's ingest keeps it. One without a provider id is named by its
+// event and position, so that at least a replay of that event is a
+// duplicate.
+func PrepareInbound(in *Inbound, eventID string, j int, provider, identity string) {
+	in.EventID = eventID
+	if in.Provider == "" {
+		in.Provider = provider
+	}
+	if in.Identity == "" {
+		in.Identity = identity
+	}
+	if in.ProviderMessageID == "" {
+		in.ProviderMessageID = fmt.Sprintf("%s#%d", eventID, j)
+	}
+	in.ID = ""
+}
+
+// HistoryDetail is the history detail of a status, e.g. "whatsapp status
+// delivered at 2026-11-29T10:00:00Z (wamid.X)".
+func (st *StatusEvidence) HistoryDetail() string {
+	d := fmt.Sprintf("%s status %s at %s", st.Provider, st.Status, st.At.UTC().Format(time.RFC3339))
+	if st.ProviderID != "" {
+		d += " (" + st.ProviderID + ")"
+	}
+	if st.ErrorCode != "" {
+		d += " error " + st.ErrorCode
+	}
+	return d
+}
+
+// LastError is what a failed status leaves in last_error: the provider's
+// code and its error text verbatim, never a summary.
+func (st *StatusEvidence) LastError() string {
+	switch {
+	case st.ErrorCode != "" && st.Error != "":
+		return st.ErrorCode + ": " + st.Error
+	case st.Error != "":
+		return st.Error
+	case st.ErrorCode != "":
+		return st.ErrorCode
+	}
+	return st.Provider + " reported the message failed, without an error"
 }

@@ -287,7 +287,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 	}
 	for j := range p.Statuses {
 		st := &p.Statuses[j]
-		fillStatus(st, p.EventID, ev)
+		prepareStatus(st, p.EventID, ev)
 		st.ReceivedAt = received
 		id := s.ids.New(now)
 		r, err := ts.exec(ctx, insertEvidenceSQL, id, st.EventID, st.Provider, st.Identity, st.DedupeKey, st.ProviderID,
@@ -304,7 +304,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 	}
 	for j := range p.Inbound {
 		in := &p.Inbound[j]
-		fillInbound(in, p.EventID, j, ev)
+		prepareInbound(in, p.EventID, j, ev)
 		if in.ReceivedAt.IsZero() {
 			in.ReceivedAt = received
 		}
@@ -341,69 +341,6 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 		}
 	}
 	return nil
-}
-
-// fillStatus completes a status as ingest keeps it: its event, the
-// event's provider and identity when the parser named none, and a dedupe
-// key when the provider sent no delivery id (DESIGN.md §6: provider id,
-// status and timestamp identify a status across deliveries).
-func fillStatus(st *store.StatusEvidence, eventID string, ev *storedEvent) {
-	st.EventID = eventID
-	if ev != nil && st.Provider == "" {
-		st.Provider = ev.provider
-	}
-	if ev != nil && st.Identity == "" {
-		st.Identity = ev.identity
-	}
-	st.At = st.At.UTC().Truncate(store.Resolution)
-	if st.DedupeKey == "" {
-		st.DedupeKey = fmt.Sprintf("%s|%s|%d", st.ProviderID, st.Status, st.At.Unix())
-	}
-	st.ID, st.MessageID, st.Outcome, st.AppliedAt = "", "", "", nil
-}
-
-// fillInbound completes an inbound message as ingest keeps it. One
-// without a provider id is named by its event and position, so that at
-// least a replay of that event is a duplicate.
-func fillInbound(in *store.Inbound, eventID string, j int, ev *storedEvent) {
-	in.EventID = eventID
-	if ev != nil && in.Provider == "" {
-		in.Provider = ev.provider
-	}
-	if ev != nil && in.Identity == "" {
-		in.Identity = ev.identity
-	}
-	if in.ProviderMessageID == "" {
-		in.ProviderMessageID = fmt.Sprintf("%s#%d", eventID, j)
-	}
-	in.ID = ""
-}
-
-// evidenceDetail is the history detail of a status, e.g. "whatsapp
-// status delivered at 2026-11-29T10:00:00Z (wamid.X)".
-func evidenceDetail(st *store.StatusEvidence) string {
-	d := fmt.Sprintf("%s status %s at %s", st.Provider, st.Status, st.At.UTC().Format(time.RFC3339))
-	if st.ProviderID != "" {
-		d += " (" + st.ProviderID + ")"
-	}
-	if st.ErrorCode != "" {
-		d += " error " + st.ErrorCode
-	}
-	return d
-}
-
-// evidenceLastError is what a failed status leaves in last_error: the
-// provider's code and its error text verbatim, never a summary.
-func evidenceLastError(st *store.StatusEvidence) string {
-	switch {
-	case st.ErrorCode != "" && st.Error != "":
-		return st.ErrorCode + ": " + st.Error
-	case st.Error != "":
-		return st.Error
-	case st.ErrorCode != "":
-		return st.ErrorCode
-	}
-	return st.Provider + " reported the message failed, without an error"
 }
 
 const evidenceCols = `id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref,
@@ -614,7 +551,7 @@ func (s *Store) applyEvidence(ctx context.Context, ts *txStmts, id string, now t
 	}
 	ev := state.Event{Kind: state.Evidence, Status: st.Status}
 	ae := &store.AppliedEvidence{EvidenceID: st.ID, MessageID: m.id, ProviderID: st.ProviderID, Status: st.Status,
-		From: m.state, To: m.state, Detail: evidenceDetail(st)}
+		From: m.state, To: m.state, Detail: st.HistoryDetail()}
 	recordID := m.byRef && m.providerID == "" && st.ProviderID != ""
 	res, err := state.Transition(m.state, ev)
 	var refused *state.RefusedError
@@ -631,7 +568,7 @@ func (s *Store) applyEvidence(ctx context.Context, ts *txStmts, id string, now t
 			tp.ProviderID = st.ProviderID
 		}
 		if res.Applied && st.Status == state.Failed {
-			tp.LastError = evidenceLastError(st)
+			tp.LastError = st.LastError()
 		}
 		if _, err := s.applyTransition(ctx, ts, &tp); err != nil {
 			// The row was read under the write lock just now: any
@@ -857,4 +794,22 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		}
 	}
 	return nil
+}
+
+// prepareStatus and prepareInbound complete parsed items with what the
+// stored event says (ev is nil for an event this store does not have).
+func prepareStatus(st *store.StatusEvidence, eventID string, ev *storedEvent) {
+	var provider, identity string
+	if ev != nil {
+		provider, identity = ev.provider, ev.identity
+	}
+	store.PrepareStatus(st, eventID, provider, identity)
+}
+
+func prepareInbound(in *store.Inbound, eventID string, j int, ev *storedEvent) {
+	var provider, identity string
+	if ev != nil {
+		provider, identity = ev.provider, ev.identity
+	}
+	store.PrepareInbound(in, eventID, j, provider, identity)
 }
