@@ -34,10 +34,10 @@ and inbound messages are linked to the message they answer and open the
 customer-service window.
 
 ` + exitStatusHelp,
-		Args: exactArgs(0, "a subcommand (serve, process or replay)"),
+		Args: exactArgs(0, "a subcommand (serve, process, replay or parked)"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newWebhookServeCmd(a), newWebhookProcessCmd(a), newWebhookReplayCmd(a))
+	cmd.AddCommand(newWebhookServeCmd(a), newWebhookProcessCmd(a), newWebhookReplayCmd(a), newWebhookParkedCmd(a))
 	return cmd
 }
 
@@ -228,8 +228,12 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 	defer cancel()
 	// Shutdown waits for handlers, each of which waits for its delivery's
 	// write: every 200 sent was durable, every delivery cut off got none.
-	if err := srv.Shutdown(sctx); err != nil && serveErr == nil {
-		serveErr = fmt.Errorf("webhook: shutting down: %w", err)
+	if err := srv.Shutdown(sctx); err != nil {
+		// The grace ran out with requests still in progress: their
+		// connections are closed unanswered, so their providers retry.
+		// What was handed to the committer is still written below.
+		a.log.Warn("webhook: requests still in progress after --grace were cut off; their providers will retry", "err", err)
+		srv.Close()
 	}
 	rcv.Close()
 	stopWorker()
@@ -292,6 +296,21 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 					return usagef("--identity %s is not configured (see msgq identities)", o.identity)
 				}
 			}
+			if o.identity == "" && o.provider == store.WebhookHTTP {
+				// serve files an http delivery under the identity whose
+				// secret verified it; with one http identity there is no
+				// doubt which that was.
+				var https []string
+				for n, id := range a.cfg.Identities {
+					if id.Config.Provider == providerHTTP {
+						https = append(https, n)
+					}
+				}
+				if len(https) != 1 {
+					return usagef("--identity is required for --provider http when %d identities use the http provider", len(https))
+				}
+				o.identity = https[0]
+			}
 			body, err := readReplay(a, args[0])
 			if err != nil {
 				return err
@@ -324,8 +343,8 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.provider, "provider", store.WebhookWhatsApp, "whose format the body is in: whatsapp or http")
-	f.StringVar(&o.identity, "identity", "", "the identity the delivery came for (default: from the body's phone_number_id)")
-	f.StringVar(&o.webhookID, "webhook-id", "", "the delivery's webhook-id header (http), the key duplicates are known by")
+	f.StringVar(&o.identity, "identity", "", "the identity the delivery came for (default: whatsapp: the one with the body's phone_number_id; http: the only http identity)")
+	f.StringVar(&o.webhookID, "webhook-id", "", "the delivery's webhook-id header (http): serve knows duplicates by it, so give it to replay a delivery serve may have had")
 	return cmd
 }
 
@@ -378,4 +397,48 @@ func printProcessSummary(a *app, sum webhook.Summary) error {
 		rows = append(rows, []string{c.MessageID, string(c.Status), string(c.From), string(c.To), c.Outcome, c.Detail})
 	}
 	return printTable(a.ios.Out, []string{"ID", "STATUS", "FROM", "TO", "OUTCOME", "DETAIL"}, rows)
+}
+
+func newWebhookParkedCmd(a *app) *cobra.Command {
+	limit := 0
+	cmd := &cobra.Command{
+		Use:   "parked",
+		Short: "Statuses waiting for a message with their provider id, oldest first",
+		Long: `List the statuses no message could take yet: their provider id is not recorded
+on any message (the drain has not recorded its answer, or the message was sent
+by another system on the same number), or their message is still leased by a
+drain. They are applied as soon as their message is known (by webhook serve's
+worker, msgq webhook process or msgq reconcile); none is dropped. -o json prints
+an array of statuses.
+
+` + exitStatusHelp,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit <= 0 {
+				return usagef("--limit must be positive")
+			}
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			evs, err := st.EvidenceList(cmd.Context(), "", limit)
+			if err != nil {
+				return err
+			}
+			if a.cfg.Output == outJSON {
+				if evs == nil {
+					evs = []store.StatusEvidence{}
+				}
+				return printJSON(a.ios.Out, evs)
+			}
+			rows := make([][]string, 0, len(evs))
+			for _, e := range evs {
+				rows = append(rows, []string{stamp(e.ReceivedAt), e.Provider, orDash(e.Identity), e.ProviderID,
+					string(e.Status), stamp(e.At), orDash(e.CallbackRef), orDash(e.ErrorCode)})
+			}
+			return printTable(a.ios.Out, []string{"RECEIVED", "PROVIDER", "IDENTITY", "PROVIDER_ID", "STATUS", "AT", "REF", "CODE"}, rows)
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", store.DefaultListLimit, "at most this many statuses")
+	return cmd
 }

@@ -41,7 +41,6 @@ identities:
     provider: whatsapp
     base_url: %s
     phone_number_id: "1000001"
-    service_window: "off" # these texts test other things; webhook_inbound.txtar tests the window
     token_env: MSGQ_TEST_TOKEN
     rate: 1000/s
     retry: {base: 10ms, cap: 100ms, max_attempts: 8}

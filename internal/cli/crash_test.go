@@ -164,7 +164,6 @@ identities:
     provider: %s
     base_url: %s
     phone_number_id: "1000001"
-    service_window: "off" # these texts test other things; webhook_inbound.txtar tests the window
     token_env: MSGQ_TEST_TOKEN
     retry: {base: 10ms, cap: 50ms, max_attempts: 8}
 `, provider, base), n)

@@ -46,7 +46,8 @@ type identityConfig struct {
 	WebhookSecretEnv string `mapstructure:"webhook_secret_env"`
 	// ServiceWindow is the customer-service window: free-form text goes
 	// out only this long after the recipient last wrote. Default 24h for
-	// WhatsApp, off for the others; "off" turns it off.
+	// a WhatsApp identity whose webhooks msgq receives (app_secret_env
+	// set), off otherwise; "off" turns it off.
 	ServiceWindow string `mapstructure:"service_window"`
 	Retry         struct {
 		Base        string  `mapstructure:"base"`
@@ -77,6 +78,21 @@ func parseIdentities(raw map[string]identityConfig) (map[string]*identity, error
 			return nil, usagef("config: identity %s: %v", name, err)
 		}
 		out[name] = id
+	}
+	// Webhooks name the number they came through: two identities on one
+	// number would make which one a reply or status is filed under a
+	// matter of chance.
+	byNumber := map[string]string{}
+	for name, id := range out {
+		n := id.Config.PhoneNumberID
+		if n == "" {
+			continue
+		}
+		if other, ok := byNumber[n]; ok {
+			a, b := min(name, other), max(name, other)
+			return nil, usagef("config: identities %s and %s have the same phone_number_id %s", a, b, n)
+		}
+		byNumber[n] = name
 	}
 	if _, ok := out[builtinSim]; !ok {
 		out[builtinSim] = &identity{Name: builtinSim, Config: identityConfig{Provider: providerSim}, Policy: retry.DefaultPolicy()}
@@ -116,7 +132,10 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 	}
 	switch ic.ServiceWindow {
 	case "":
-		if ic.Provider == providerWhatsApp {
+		// WhatsApp's window is 24h, but msgq only knows it opened when
+		// it receives the inbound webhooks: without an app secret it
+		// never does, and enforcing the window would hold every text.
+		if ic.Provider == providerWhatsApp && ic.AppSecretEnv != "" {
 			id.Window = 24 * time.Hour
 		}
 	case "off":

@@ -459,7 +459,7 @@ func TestReconcileSettlesWhatEvidenceSettlesAndListsTheRest(t *testing.T) {
 	bothStores(t, func(t *testing.T, kind string) {
 		sim := serveSim(t)
 		e := newOpEnv(t, kind, fmt.Sprintf(`identities:
-  wa: {provider: whatsapp, base_url: %s, phone_number_id: "1000001", token_env: MSGQ_TEST_TOKEN, service_window: "off"}
+  wa: {provider: whatsapp, base_url: %s, phone_number_id: "1000001", token_env: MSGQ_TEST_TOKEN}
   api: {provider: http, base_url: %s, token_env: MSGQ_TEST_TOKEN}
 `, sim, sim))
 		// A message the provider has: its id is what a look-up asks for.

@@ -26,7 +26,7 @@ func TestADrainKilledMidCallIsWalkedToAResendThatGoesOutOnce(t *testing.T) {
 		sim := serveSim(t, "--latency", "3s")
 		e := newOpEnv(t, kind, fmt.Sprintf(`default_identity: wa
 identities:
-  wa: {provider: whatsapp, base_url: %s, phone_number_id: "1000001", token_env: MSGQ_TEST_TOKEN, service_window: "off"}
+  wa: {provider: whatsapp, base_url: %s, phone_number_id: "1000001", token_env: MSGQ_TEST_TOKEN}
 `, sim))
 		e.run("send", "--key", "order-1001-shipped", "--to", "+15551234567", "--template", "order_update", "--param", "Ada")
 		orig := e.get("order-1001-shipped")

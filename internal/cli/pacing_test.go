@@ -34,7 +34,6 @@ identities:
     provider: whatsapp
     base_url: %s
     phone_number_id: "1000001"
-    service_window: "off" # these texts test other things; webhook_inbound.txtar tests the window
     token_env: MSGQ_TEST_TOKEN
     per_recipient_interval: %s
     pacing_headroom: 0.25

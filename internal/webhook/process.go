@@ -97,7 +97,7 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 				sum.Unreadable++
 			}
 		}
-		res, err := p.Store.WebhookIngest(ctx, ps)
+		res, err := p.ingest(ctx, ps)
 		if err != nil {
 			return sum, err
 		}
@@ -132,6 +132,43 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 		}
 	}
 	return sum, nil
+}
+
+// ingest writes a batch of read deliveries. When the store refuses the
+// batch, each delivery is tried alone, and one the store refuses alone is
+// marked with the store's error: one poison delivery must not stop every
+// other from being processed, round after round. A store that is down
+// refuses even the marking, and the error ends the round.
+func (p *Processor) ingest(ctx context.Context, ps []store.IngestParams) (*store.IngestResult, error) {
+	res, err := p.Store.WebhookIngest(ctx, ps)
+	if err == nil || len(ps) == 1 && ps[0].Err != "" {
+		return res, err
+	}
+	if ctx.Err() != nil {
+		return nil, err
+	}
+	total := &store.IngestResult{}
+	for _, one := range ps {
+		r, err := p.Store.WebhookIngest(ctx, []store.IngestParams{one})
+		if err != nil {
+			// Only a store that answers a read can be blaming this
+			// delivery: a store that is down (or a blip) ends the round,
+			// and the delivery is tried again in the next one.
+			if _, perr := p.Store.WebhookPending(ctx, 1); perr != nil || ctx.Err() != nil {
+				return total, err
+			}
+			p.log().Error("webhook: the store refused a delivery; marking it unreadable", "event", one.EventID, "err", err)
+			r, err = p.Store.WebhookIngest(ctx, []store.IngestParams{{EventID: one.EventID, Err: "store refused it: " + err.Error()}})
+			if err != nil {
+				return total, err
+			}
+		}
+		total.Events += r.Events
+		total.Statuses += r.Statuses
+		total.Inbound += r.Inbound
+		total.Duplicates += r.Duplicates
+	}
+	return total, nil
 }
 
 // read parses one stored delivery into what the store ingests. A body that

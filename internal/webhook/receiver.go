@@ -134,7 +134,15 @@ func (r *Receiver) commitLoop(ctx context.Context) {
 		batch, evs = batch[:0], evs[:0]
 		select {
 		case <-ctx.Done():
-			return
+			// Handlers still waiting (a shutdown whose grace ran out) were
+			// handed over verified deliveries: write them and answer,
+			// rather than leave them waiting for ever.
+			select {
+			case d := <-r.in:
+				batch = append(batch, d)
+			default:
+				return
+			}
 		case d := <-r.in:
 			batch = append(batch, d)
 		}

@@ -1,0 +1,114 @@
+package webhook_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/sqlite"
+	"github.com/msgq/msgq/internal/webhook"
+)
+
+// refusing is a real store that refuses to ingest one delivery, as
+// PostgreSQL refused a status whose id was too long for its index: the
+// fault a parser change or a database limit can put in front of the
+// processor.
+type refusing struct {
+	store.Store
+	poison string
+}
+
+func (r *refusing) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*store.IngestResult, error) {
+	for _, p := range ps {
+		if p.EventID == r.poison && p.Err == "" {
+			return nil, errors.New("index row requires 12056 bytes, maximum size is 8191")
+		}
+	}
+	return r.Store.WebhookIngest(ctx, ps)
+}
+
+func TestOnePoisonDeliveryDoesNotStopTheRest(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "msgq.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	wamids := []string{"wamid.GOOD1", "wamid.POISON", "wamid.GOOD2"}
+	var ids []string
+	for i, w := range wamids {
+		ids = append(ids, sentRow(t, st, "k"+w, w))
+		if err := st.WebhookStore(ctx, []store.WebhookEvent{{Provider: store.WebhookWhatsApp, Identity: "shop",
+			Body: waStatus(w, "delivered", 1764410400+int64(i))}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := st.WebhookPending(ctx, 10)
+	if err != nil || len(evs) != 3 {
+		t.Fatalf("pending: %v (%d)", err, len(evs))
+	}
+	p := &webhook.Processor{Store: &refusing{Store: st, poison: evs[1].ID}}
+	sum, err := p.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Applied != 2 {
+		t.Fatalf("applied %d statuses, want the 2 good ones", sum.Applied)
+	}
+	for i, id := range ids {
+		m, err := st.MessageGet(ctx, store.DefaultTenant, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := state.Delivered
+		if i == 1 {
+			want = state.Sent
+		}
+		if m.State != want {
+			t.Errorf("%s: %s, want %s", wamids[i], m.State, want)
+		}
+	}
+	// The poison is kept, raw, with the store's reason: not retried forever,
+	// not dropped.
+	ev, err := st.WebhookGet(ctx, evs[1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ProcessedAt == nil || ev.Error == "" || len(ev.Body) == 0 {
+		t.Fatalf("poison delivery: processed %v, error %q, %d body bytes; want it marked with the reason and kept", ev.ProcessedAt, ev.Error, len(ev.Body))
+	}
+	if pending, _ := st.WebhookPending(ctx, 10); len(pending) != 0 {
+		t.Fatalf("%d deliveries still pending", len(pending))
+	}
+}
+
+// A store that is down ends the round with its error and marks nothing:
+// the deliveries are tried again when it is back.
+func TestAStoreThatIsDownMarksNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "msgq.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WebhookStore(ctx, []store.WebhookEvent{{Provider: store.WebhookWhatsApp, Identity: "shop",
+		Body: waStatus("wamid.X", "delivered", 1764410400)}}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	p := &webhook.Processor{Store: st}
+	if _, err := p.Once(ctx); err == nil {
+		t.Fatal("processing against a closed store succeeded")
+	}
+	st2, err := sqlite.Open(ctx, filepath.Join(dir, "msgq.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	if pending, _ := st2.WebhookPending(ctx, 10); len(pending) != 1 {
+		t.Fatalf("%d deliveries pending after the store came back, want 1", len(pending))
+	}
+}
