@@ -381,8 +381,8 @@ func processStored(ctx context.Context, a *app, st store.Store) error {
 // printProcessSummary prints what processing did: a line on stderr, the
 // changes on stdout (a table, or the summary as JSON).
 func printProcessSummary(a *app, sum webhook.Summary) error {
-	fmt.Fprintf(a.ios.Err, "webhook: %d deliveries (%d unreadable), %d new statuses, %d new inbound, %d duplicates; applied %d, recorded %d, refused %d, inbound linked %d, parked %d\n",
-		sum.Events, sum.Unreadable, sum.Statuses, sum.Inbound, sum.Duplicates, sum.Applied, sum.Recorded, sum.Refused, sum.Attributed, sum.Parked)
+	fmt.Fprintf(a.ios.Err, "webhook: %d deliveries (%d unreadable), %d new statuses, %d new inbound, %d duplicates; applied %d, recorded %d, refused %d, inbound linked %d, parked %d, held texts released %d\n",
+		sum.Events, sum.Unreadable, sum.Statuses, sum.Inbound, sum.Duplicates, sum.Applied, sum.Recorded, sum.Refused, sum.Attributed, sum.Parked, sum.Released)
 	if a.cfg.Output == outJSON {
 		if sum.Changes == nil {
 			sum.Changes = []store.AppliedEvidence{}

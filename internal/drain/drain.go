@@ -432,7 +432,7 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 			note = "window closed: sent fallback template " + fb
 		} else {
 			// No call is made, so putting the row back is a definite retry.
-			d.record(c, log, provider.Result{Class: retry.Transient, RawError: "customer-service window closed: free-form text held"},
+			d.record(c, log, provider.Result{Class: retry.Transient, RawError: store.WindowHeld},
 				retry.Decision{Action: retry.Requeue, At: cfg.Now().Add(cfg.HoldFor)}, time.Time{}, time.Time{},
 				"held: customer-service window closed and no fallback template")
 			return

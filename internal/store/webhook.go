@@ -31,6 +31,15 @@ const (
 // inbound messages that arrived again (a provider retry or a replay).
 const CounterDuplicateWebhooks = "duplicate_webhooks"
 
+// WindowHeld is the last_error the drain writes on a row of free-form text
+// it put back because the recipient's customer-service window was closed.
+// It marks the row as held, not failed: when the customer writes (and so
+// opens the window), WebhookIngest makes such rows due at once instead of
+// leaving them to wait out the hold. The stores' partial index
+// messages_window_held repeats it literally, so it must not change
+// without a migration.
+const WindowHeld = "customer-service window closed: free-form text held"
+
 // WebhookEvent is one raw delivery, as received.
 type WebhookEvent struct {
 	ID       string `json:"id"`       // set by WebhookStore
@@ -128,6 +137,7 @@ type IngestResult struct {
 	Statuses   int // new statuses (pending until applied)
 	Inbound    int // new inbound messages
 	Duplicates int // statuses and inbound messages seen before
+	Released   int // held rows (WindowHeld) made due by new inbound messages
 }
 
 // ApplyParams bounds EvidenceApply.
@@ -204,6 +214,14 @@ type Evidence interface {
 	// running it twice writes nothing twice. A status whose DedupeKey or
 	// an inbound message whose ProviderMessageID the store already has is
 	// a duplicate: counted, not written.
+	//
+	// Each new inbound message with a From and an Identity also releases
+	// the rows the drain held for that window: queued rows of that
+	// identity and recipient whose last_error is WindowHeld and whose
+	// next_attempt_at is later get next_attempt_at = the store's now, so
+	// the text goes out as soon as a drain claims it rather than after the
+	// hold. That is scheduling, not a state change (as PaceDefer): no
+	// transition, no history. A duplicate releases nothing.
 	WebhookIngest(ctx context.Context, ps []IngestParams) (*IngestResult, error)
 
 	// EvidenceApply matches pending statuses to rows (by provider_id, or

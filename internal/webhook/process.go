@@ -37,6 +37,9 @@ type Summary struct {
 	Statuses   int `json:"statuses"`
 	Inbound    int `json:"inbound"`
 	Duplicates int `json:"duplicates"`
+	// Released counts held free-form texts made due at once because their
+	// customer wrote (the window opened).
+	Released   int `json:"released"`
 	Applied    int `json:"applied"`
 	Recorded   int `json:"recorded"`
 	Refused    int `json:"refused"`
@@ -52,6 +55,7 @@ func (s *Summary) add(o Summary) {
 	s.Statuses += o.Statuses
 	s.Inbound += o.Inbound
 	s.Duplicates += o.Duplicates
+	s.Released += o.Released
 	s.Applied += o.Applied
 	s.Recorded += o.Recorded
 	s.Refused += o.Refused
@@ -101,7 +105,7 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 		if err != nil {
 			return sum, err
 		}
-		sum.add(Summary{Events: res.Events, Statuses: res.Statuses, Inbound: res.Inbound, Duplicates: res.Duplicates})
+		sum.add(Summary{Events: res.Events, Statuses: res.Statuses, Inbound: res.Inbound, Duplicates: res.Duplicates, Released: res.Released})
 		if len(evs) < n {
 			break
 		}
@@ -167,6 +171,7 @@ func (p *Processor) ingest(ctx context.Context, ps []store.IngestParams) (*store
 		total.Statuses += r.Statuses
 		total.Inbound += r.Inbound
 		total.Duplicates += r.Duplicates
+		total.Released += r.Released
 	}
 	return total, nil
 }

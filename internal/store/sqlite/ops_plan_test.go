@@ -293,3 +293,23 @@ func TestTheScanCheckCatchesAFullScan(t *testing.T) {
 		t.Errorf("partial indexes %v", partial)
 	}
 }
+
+// TestReleaseHeldSearchesOnlyHeldRows checks the plan of the update an
+// inbound message runs on every ingest: it must reach the held rows of
+// one identity and recipient through messages_window_held, never read
+// messages whole (a busy webhook would then scan the queue per message).
+func TestReleaseHeldSearchesOnlyHeldRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "msgq.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	plan := explain(t, s.r, releaseHeldSQL, []any{int64(1), "sim", "+15551230000", int64(1)})
+	if bad := fullScans(plan, aliases(releaseHeldSQL), partialIndexes(t, s.r)); len(bad) > 0 ||
+		!strings.Contains(strings.Join(plan, "\n"), "INDEX messages_window_held (identity=? AND recipient=?)") {
+		t.Errorf("release of held rows does not search messages_window_held by identity and recipient:\n  %s",
+			strings.Join(plan, "\n  "))
+	}
+}

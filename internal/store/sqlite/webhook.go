@@ -185,6 +185,13 @@ const (
 	windowSQL       = `INSERT INTO service_windows (identity, recipient, last_inbound_at) VALUES (?, ?, ?)
 	ON CONFLICT (identity, recipient) DO UPDATE SET last_inbound_at = max(last_inbound_at, excluded.last_inbound_at)`
 	countDuplicatesSQL = `INSERT INTO counters (name, n) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET n = n + excluded.n`
+	// releaseHeldSQL makes the rows held for a closed window due now. Its
+	// predicate repeats messages_window_held's literally (SQLite uses a
+	// partial index only then), and INDEXED BY turns any drift between
+	// the two into an error instead of a walk of messages. The
+	// next_attempt_at term leaves rows already due untouched.
+	releaseHeldSQL = `UPDATE messages INDEXED BY messages_window_held SET next_attempt_at = ?
+	WHERE state = 'queued' AND last_error = '` + store.WindowHeld + `' AND identity = ? AND recipient = ? AND next_attempt_at > ?`
 )
 
 // WebhookIngest writes what processing read from stored events in one
@@ -338,6 +345,17 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 			if _, err := ts.exec(ctx, windowSQL, in.Identity, in.From, micros(in.ReceivedAt)); err != nil {
 				return fmt.Errorf("sqlite: ingest window: %w", err)
 			}
+		}
+		if in.From != "" && in.Identity != "" {
+			// The customer wrote: text held for their closed window need
+			// not wait out the hold. In this transaction, so that the
+			// window and the release are one change.
+			r, err := ts.exec(ctx, releaseHeldSQL, micros(now), in.Identity, in.From, micros(now))
+			if err != nil {
+				return fmt.Errorf("sqlite: ingest: release held rows: %w", err)
+			}
+			n, _ := r.RowsAffected()
+			res.Released += int(n)
 		}
 	}
 	return nil

@@ -351,6 +351,76 @@ func testWebhook(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("an inbound message releases the text held for its closed window", func(t *testing.T) {
+		t.Parallel()
+		w := newWH(t, h)
+		const customer, other = "+15551234567", "+15557654321"
+		// putBack claims the only due row and puts it back as the drain
+		// does, with lastErr and due in an hour.
+		putBack := func(id, lastErr string) {
+			t.Helper()
+			cs := must[[]store.Claimed](t)(w.s.MessageClaim(ctx, &store.ClaimParams{Owner: "drain-1", LeaseFor: time.Minute, Limit: 10}))
+			if len(cs) != 1 || cs[0].ID != id {
+				t.Fatalf("claimed %+v, want only %s", cs, id)
+			}
+			must[*store.Message](t)(w.s.MessageTransition(ctx, &store.TransitionParams{ID: id, From: state.Sending,
+				LeaseOwner: "drain-1", Event: state.Event{Kind: state.Retry}, Source: store.SourceDrain, NoCall: true,
+				LastError: lastErr, NextAttemptAt: w.clk.Now().Add(time.Hour)}))
+		}
+		row := func(key, to, identity, lastErr string) *store.Message {
+			t.Helper()
+			p := Params(key)
+			p.To, p.Identity, p.Payload = to, identity, store.Payload{Text: "your order has shipped"}
+			m := must[*store.EnqueueResult](t)(w.s.MessageEnqueue(ctx, &p)).Message
+			putBack(m.ID, lastErr)
+			return w.get(m.ID)
+		}
+		held := row("held", customer, "sim", store.WindowHeld)
+		limited := row("limited", customer, "sim", "429: rate limited") // waiting for another reason
+		elsewhere := row("elsewhere", other, "sim", store.WindowHeld)   // another customer's window
+		shop := row("shop", customer, "shop", store.WindowHeld)         // the same customer's window with another identity
+		hist := len(must[[]store.HistoryEntry](t)(w.s.MessageHistory(ctx, held.ID)))
+
+		w.clk.Advance(time.Minute)
+		now := w.clk.Now().Truncate(store.Resolution)
+		in := inbound("in-1", customer, "", 60)
+		if res := w.ingest(nil, []store.Inbound{in}); res.Inbound != 1 || res.Released != 1 {
+			t.Errorf("ingest %+v, want one inbound and one row released", res)
+		}
+		got := w.get(held.ID)
+		if got.State != state.Queued || !got.NextAttemptAt.Equal(now) || got.LastError != store.WindowHeld {
+			t.Errorf("held row after the customer wrote: %s next %v last_error %q, want queued, due at %v",
+				got.State, got.NextAttemptAt, got.LastError, now)
+		}
+		if n := len(must[[]store.HistoryEntry](t)(w.s.MessageHistory(ctx, held.ID))); n != hist {
+			t.Errorf("history %d entries, want %d: a release is scheduling, not a transition", n, hist)
+		}
+		for _, m := range []*store.Message{limited, elsewhere, shop} {
+			if got := w.get(m.ID); !got.NextAttemptAt.Equal(m.NextAttemptAt) || got.State != state.Queued {
+				t.Errorf("%s (%s, %s, %q) moved to %v, want it left at %v", m.Key, m.To, m.Identity, m.LastError,
+					got.NextAttemptAt, m.NextAttemptAt)
+			}
+		}
+
+		// Held again (the drain claims it now; say the window is still
+		// closed for it): a redelivery of that inbound message is a
+		// duplicate and releases nothing, a new one releases it again.
+		putBack(held.ID, store.WindowHeld)
+		heldAgain := w.get(held.ID)
+		if res := w.ingest(nil, []store.Inbound{in}); res.Duplicates != 1 || res.Released != 0 {
+			t.Errorf("duplicate ingest %+v, want a duplicate that releases nothing", res)
+		}
+		if got := w.get(held.ID); !got.NextAttemptAt.Equal(heldAgain.NextAttemptAt) {
+			t.Errorf("a duplicate inbound message released the row: due %v, want %v", got.NextAttemptAt, heldAgain.NextAttemptAt)
+		}
+		if res := w.ingest(nil, []store.Inbound{inbound("in-2", customer, "", 61)}); res.Released != 1 {
+			t.Errorf("second inbound %+v, want the row released again", res)
+		}
+		if cs := must[[]store.Claimed](t)(w.s.MessageClaim(ctx, &store.ClaimParams{Owner: "drain-1", LeaseFor: time.Minute, Limit: 10})); len(cs) != 1 || cs[0].ID != held.ID {
+			t.Errorf("claimed %+v, want only the released row %s", cs, held.ID)
+		}
+	})
+
 	t.Run("statuses in any order end in the highest, the others recorded", func(t *testing.T) {
 		t.Parallel()
 		w := newWH(t, h)
