@@ -203,6 +203,9 @@ func (p *Processor) read(ev *store.WebhookEvent) store.IngestParams {
 	for _, ig := range b.Ignored {
 		p.log().Debug("webhook: ignored", "event", ev.ID, "item", ig)
 	}
+	for _, iv := range b.Invalid {
+		p.log().Warn("webhook: item skipped", "event", ev.ID, "item", iv)
+	}
 	for _, s := range b.Statuses {
 		e := s.StatusEvidence
 		e.EventID, e.Identity = ev.ID, p.identity(ev, s.PhoneNumberID)

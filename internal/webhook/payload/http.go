@@ -50,7 +50,8 @@ type httpReceived struct {
 // HTTP reads one http provider event (see the package comment for its
 // shape). webhookID is the webhook-id header, "" when there was none; it
 // is the DedupeKey of a status because it is what stays the same across
-// the sender's retries.
+// the sender's retries. Only an unreadable envelope is an error; an event
+// msgq cannot use is named in Batch.Invalid.
 func HTTP(body []byte, webhookID string) (*Batch, error) {
 	var b httpBody
 	if err := decodeObject(body, &b); err != nil {
@@ -59,46 +60,54 @@ func HTTP(body []byte, webhookID string) (*Batch, error) {
 	if b.Type == "" {
 		return nil, malformed("no type")
 	}
+	if b.Timestamp != "" {
+		if _, err := rfc3339(b.Timestamp); err != nil {
+			return nil, malformed("%v", err)
+		}
+	}
 	if b.Type != TypeStatus && b.Type != TypeReceived {
 		return &Batch{Ignored: []string{fmt.Sprintf("type %.60q", b.Type)}}, nil
 	}
 	if len(b.Data) == 0 || b.Data[0] != '{' {
 		return nil, malformed("%s: data is not an object", b.Type)
 	}
-	var batch *Batch
-	var err error
+	batch := &Batch{}
 	if b.Type == TypeStatus {
-		batch, err = httpStatusEvent(&b, webhookID)
+		batch.httpStatus(&b, webhookID)
 	} else {
-		batch, err = httpReceivedEvent(&b)
-	}
-	if err == nil {
-		err = batch.storable()
-	}
-	if err != nil {
-		return nil, err
+		batch.httpReceived(&b)
 	}
 	return batch, nil
 }
 
-func httpStatusEvent(b *httpBody, webhookID string) (*Batch, error) {
+func (b *Batch) httpStatus(env *httpBody, webhookID string) {
+	at := env.Type
 	var d httpStatus
-	if err := json.Unmarshal(b.Data, &d); err != nil {
-		return nil, malformed("%s data: %v", b.Type, err)
+	if err := json.Unmarshal(env.Data, &d); err != nil {
+		b.invalid(at, "%s", decodeProblem("data", err))
+		return
 	}
 	if d.ID == "" {
-		return nil, malformed("%s: no data.id", b.Type)
+		b.invalid(at, "no data.id")
+		return
+	}
+	if len(d.ID) > MaxID {
+		b.invalid(at, "data.id longer than %d bytes", MaxID)
+		return
 	}
 	if d.Status == "" {
-		return nil, malformed("%s: no data.status", b.Type)
+		b.invalid(at, "no data.status")
+		return
 	}
-	ts, t, err := httpTime(b.Timestamp, d.Timestamp)
+	ts, t, err := httpTime(env.Timestamp, d.Timestamp)
 	if err != nil {
-		return nil, malformed("%s: %v", b.Type, err)
+		b.invalid(at, "%v", err)
+		return
 	}
 	st, ok := statusState(d.Status)
 	if !ok {
-		return &Batch{Ignored: []string{fmt.Sprintf("%s: status %.40q of %.100s", b.Type, d.Status, d.ID)}}, nil
+		b.Ignored = append(b.Ignored, fmt.Sprintf("%s: status %.40q of %.100s", at, d.Status, d.ID))
+		return
 	}
 	ev := store.StatusEvidence{
 		Provider:    store.WebhookHTTP,
@@ -113,38 +122,51 @@ func httpStatusEvent(b *httpBody, webhookID string) (*Batch, error) {
 	}
 	if st == state.Failed && present(d.Error) {
 		if d.Error[0] != '{' {
-			return nil, malformed("%s: data.error is not an object", b.Type)
+			b.invalid(at, "data.error is not an object")
+			return
 		}
 		var e httpError
 		if err := json.Unmarshal(d.Error, &e); err != nil {
-			return nil, malformed("%s data.error: %v", b.Type, err)
+			b.invalid(at, "%s", decodeProblem("data.error", err))
+			return
 		}
 		ev.ErrorCode = code(e.Code)
 		ev.Error = string(d.Error)
 	}
-	return &Batch{Statuses: []Status{{StatusEvidence: ev}}}, nil
+	kept := Status{StatusEvidence: ev}
+	if why := kept.unusable(); why != "" {
+		b.invalid(at, "%s", why)
+		return
+	}
+	b.Statuses = append(b.Statuses, kept)
 }
 
-func httpReceivedEvent(b *httpBody) (*Batch, error) {
+func (b *Batch) httpReceived(env *httpBody) {
+	at := env.Type
 	var d httpReceived
-	if err := json.Unmarshal(b.Data, &d); err != nil {
-		return nil, malformed("%s data: %v", b.Type, err)
+	if err := json.Unmarshal(env.Data, &d); err != nil {
+		b.invalid(at, "%s", decodeProblem("data", err))
+		return
 	}
 	if d.ID == "" {
-		return nil, malformed("%s: no data.id", b.Type)
+		b.invalid(at, "no data.id")
+		return
 	}
 	if !e164(d.From) {
-		return nil, malformed("%s: data.from %.40q is not E.164", b.Type, d.From)
+		// Not quoted: it may be most of someone's number.
+		b.invalid(at, "data.from is not E.164")
+		return
 	}
-	_, t, err := httpTime(b.Timestamp, d.Timestamp)
+	_, t, err := httpTime(env.Timestamp, d.Timestamp)
 	if err != nil {
-		return nil, malformed("%s: %v", b.Type, err)
+		b.invalid(at, "%v", err)
+		return
 	}
 	typ := "text"
 	if d.ButtonID != "" {
 		typ = "button"
 	}
-	in := store.Inbound{
+	kept := Message{Inbound: store.Inbound{
 		Provider:          store.WebhookHTTP,
 		ProviderMessageID: d.ID,
 		From:              d.From,
@@ -154,8 +176,12 @@ func httpReceivedEvent(b *httpBody) (*Batch, error) {
 		ReplyTitle:        d.ButtonTitle,
 		ContextID:         d.ReplyTo,
 		ReceivedAt:        t,
+	}}
+	if why := kept.unusable(); why != "" {
+		b.invalid(at, "%s", why)
+		return
 	}
-	return &Batch{Inbound: []Message{{Inbound: in}}}, nil
+	b.Inbound = append(b.Inbound, kept)
 }
 
 // httpTime picks the event's time: data's own timestamp when given (when
@@ -166,18 +192,27 @@ func httpTime(envelope, data string) (text string, t time.Time, err error) {
 		if s == "" {
 			continue
 		}
-		if t, err = time.Parse(time.RFC3339, s); err != nil {
-			return "", time.Time{}, fmt.Errorf("timestamp %.40q is not RFC 3339", s)
-		}
-		// An offset can carry a four-digit year past 9999 (or before 1970)
-		// in UTC; keep to what the WhatsApp side allows.
-		if u := t.Unix(); u < 0 || u > maxUnix {
-			return "", time.Time{}, fmt.Errorf("timestamp %.40q is out of range", s)
+		if t, err = rfc3339(s); err != nil {
+			return "", time.Time{}, err
 		}
 		text = s
 	}
 	if text == "" {
 		return "", time.Time{}, fmt.Errorf("no timestamp")
 	}
-	return text, t.UTC(), nil
+	return text, t, nil
+}
+
+// rfc3339 reads one timestamp, in UTC.
+func rfc3339(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("timestamp %.40q is not RFC 3339", s)
+	}
+	// An offset can carry a four-digit year past 9999 (or before 1970)
+	// in UTC; keep to what the WhatsApp side allows.
+	if u := t.Unix(); u < 0 || u > maxUnix {
+		return time.Time{}, fmt.Errorf("timestamp %.40q is out of range", s)
+	}
+	return t.UTC(), nil
 }

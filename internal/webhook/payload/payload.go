@@ -4,17 +4,36 @@
 // and only then hands it here, so a parser bug can be fixed and the stored
 // events replayed.
 //
-// Every error wraps ErrMalformed: the body is not a webhook of that
-// provider. Anything recognised but of no use to msgq (a status value with
-// no state, a change about the account, an event type we do not handle) is
-// not an error: it is named in Batch.Ignored for the logs. Refusing it would
-// make the provider redeliver it for days, to no purpose.
+// A body is read in two layers. Its envelope is what says which provider's
+// webhook it is and where its items are; only an envelope that cannot be
+// read is an error, and every error wraps ErrMalformed: the body is not a
+// webhook of that provider, and the server answers it 400 and stores
+// nothing. That is: not JSON, not UTF-8 or not an object; for WhatsApp, an
+// object that is not "whatsapp_business_account", or entry, its changes or
+// a "messages" change's value of another JSON type than documented; for
+// http, no type, a data that is missing or not an object (for the event
+// types msgq reads), or an envelope timestamp that is not RFC 3339.
 //
-// A body is refused when the fields msgq reads are missing or of another
-// JSON type than the provider documents; fields it does not read (pricing,
-// conversation, contacts, ...) are not looked at. The descriptive text of
-// media, locations, reactions and the like is best effort and never makes a
-// body malformed.
+// Items (a status, an inbound message) are judged one by one, because a
+// provider batches them and retries a refused body whole: Meta for 7 days,
+// then drops it, good statuses and all. An item msgq cannot use is skipped
+// and described in Batch.Invalid, and the others are returned: one without
+// an id, a status or a usable timestamp, an http sender that is not E.164,
+// a field msgq reads of another JSON type than documented, an id, key or
+// reference longer than MaxID bytes (PostgreSQL's btree index refuses
+// index rows of a few kilobytes), or a NUL character in a field kept as
+// text (JSON allows "\u0000", PostgreSQL text does not). An item recognised
+// but of no use to msgq (a status value with no state, a change about the
+// account, an event type we do not handle) is named in Batch.Ignored.
+// Neither is an error: refusing would make the provider redeliver it for
+// days, to no purpose, and the raw body is stored either way, so a parser
+// fix can replay it.
+//
+// Fields msgq does not read (pricing, conversation, contacts, ...) are not
+// looked at. The descriptive text of media, locations, reactions and the
+// like is best effort and never makes an item invalid. Texts have no length
+// limit beyond the body's. No error, Invalid or Ignored text quotes a
+// sender's number: they end up in logs and 400 bodies.
 //
 // # WhatsApp
 //
@@ -24,7 +43,9 @@
 // messages[]. Statuses sent, delivered, read, played (a voice message
 // played has been read) and failed are kept; others are ignored. A status's
 // DedupeKey is wamid|status|timestamp as received, because Meta sends no
-// delivery id and redelivers the same bytes.
+// delivery id and redelivers the same bytes. An inbound message without
+// "from" is kept with From "": Meta is rolling out usernames, and a user
+// who hides their number behind one may come without it.
 //
 // # The http provider's webhook
 //
@@ -97,11 +118,26 @@ type Batch struct {
 	// Ignored names items recognised but not used (e.g. a status value
 	// msgq has no state for, a change about the account), for logs.
 	Ignored []string
+	// Invalid names items skipped because msgq cannot use them (no id, a
+	// bad timestamp, an id over MaxID bytes, ...), with why, for logs:
+	// "entry[0].changes[0].value.statuses[1]: no id".
+	Invalid []string
 }
 
-// ErrMalformed is matched (errors.Is) by every parse error: the body is not
-// a webhook of this provider. The HTTP server answers it 400 and stores
-// nothing.
+// MaxID is the longest, in bytes, an id, key or reference kept from a
+// webhook may be: provider ids, message ids, DedupeKey, callback refs,
+// reply and context ids. They are indexed, and PostgreSQL's btree index
+// refuses rows over about 2.7 kB; one 9 kB wamid would fail the whole
+// ingest of its delivery, on every attempt.
+const MaxID = 512
+
+func (b *Batch) invalid(at, format string, args ...any) {
+	b.Invalid = append(b.Invalid, at+": "+fmt.Sprintf(format, args...))
+}
+
+// ErrMalformed is matched (errors.Is) by every parse error: the body's
+// envelope is not a webhook of this provider. The HTTP server answers it
+// 400 and stores nothing.
 var ErrMalformed = errors.New("malformed webhook body")
 
 func malformed(format string, args ...any) error {
@@ -209,24 +245,55 @@ func decodeObject(body []byte, v any) error {
 	return nil
 }
 
-// storable refuses a batch holding a NUL character in any field kept as
-// text: JSON allows "\u0000", PostgreSQL text does not, and a body the
-// store cannot write must not be acknowledged as if it had been (it would
-// fail on every processing attempt instead of once, here).
-func (b *Batch) storable() error {
-	for i := range b.Statuses {
-		s := &b.Statuses[i]
-		if hasNUL(s.DedupeKey, s.ProviderID, s.CallbackRef, s.ErrorCode, s.PhoneNumberID) {
-			return malformed("status %d: a NUL character", i)
-		}
+// unusable says why a status cannot be stored as it is, "" when it can.
+func (s *Status) unusable() string {
+	switch {
+	case len(s.ProviderID) > MaxID:
+		return fmt.Sprintf("id longer than %d bytes", MaxID)
+	case len(s.DedupeKey) > MaxID:
+		return fmt.Sprintf("dedupe key longer than %d bytes", MaxID)
+	case len(s.CallbackRef) > MaxID:
+		return fmt.Sprintf("callback ref longer than %d bytes", MaxID)
+	case hasNUL(s.DedupeKey, s.ProviderID, s.CallbackRef, s.ErrorCode, s.Error, s.PhoneNumberID):
+		return "a NUL character"
 	}
-	for i := range b.Inbound {
-		m := &b.Inbound[i]
-		if hasNUL(m.ProviderMessageID, m.Type, m.Text, m.ReplyID, m.ReplyTitle, m.ContextID, m.PhoneNumberID) {
-			return malformed("inbound message %d: a NUL character", i)
-		}
+	return ""
+}
+
+// unusable says why an inbound message cannot be stored as it is, "" when
+// it can.
+func (m *Message) unusable() string {
+	switch {
+	case len(m.ProviderMessageID) > MaxID:
+		return fmt.Sprintf("id longer than %d bytes", MaxID)
+	case len(m.ReplyID) > MaxID:
+		return fmt.Sprintf("reply id longer than %d bytes", MaxID)
+	case len(m.ContextID) > MaxID:
+		return fmt.Sprintf("context id longer than %d bytes", MaxID)
+	case hasNUL(m.ProviderMessageID, m.From, m.Type, m.Text, m.ReplyID, m.ReplyTitle, m.ContextID, m.PhoneNumberID):
+		return "a NUL character"
 	}
-	return nil
+	return ""
+}
+
+// decodeProblem says why an item did not decode, naming the field and the
+// JSON type found but never a value (it could be a sender's number).
+func decodeProblem(prefix string, err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return "unreadable"
+	}
+	field := te.Field
+	if prefix != "" && field != "" {
+		field = prefix + "." + field
+	} else if field == "" {
+		field = prefix
+	}
+	kind, _, _ := strings.Cut(te.Value, " ") // "number 1e999" names the value
+	if field == "" {
+		return "a JSON " + kind + " where an object was expected"
+	}
+	return fmt.Sprintf("%s is a JSON %s", field, kind)
 }
 
 func hasNUL(ss ...string) bool {

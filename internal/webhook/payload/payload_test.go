@@ -140,6 +140,9 @@ func checkBatch(t *testing.T, got, want *Batch) {
 	if !reflect.DeepEqual(got.Ignored, want.Ignored) {
 		t.Errorf("ignored %q, want %q", got.Ignored, want.Ignored)
 	}
+	if !reflect.DeepEqual(got.Invalid, want.Invalid) {
+		t.Errorf("invalid %q, want %q", got.Invalid, want.Invalid)
+	}
 }
 
 func TestWhatsAppFixtures(t *testing.T) {
@@ -176,6 +179,12 @@ func TestWhatsAppFixtures(t *testing.T) {
 				waStatusWant(wamC, "played", state.Read, 1795946415, "", pnid),
 				waStatusWant(wamB, "read", state.Read, 1795946416, refB, pnid),
 			}}
+		}},
+		{"statuses_one_invalid.json", func([]byte) *Batch {
+			return &Batch{
+				Statuses: []Status{waStatusWant(wamC, "delivered", state.Delivered, 1795946421, refA, pnid)},
+				Invalid:  []string{"entry[0].changes[0].value.statuses[0]: no id"},
+			}
 		}},
 		{"inbound_text.json", func([]byte) *Batch {
 			return &Batch{Inbound: []Message{waInboundWant(
@@ -322,9 +331,9 @@ func TestWhatsAppOtherMessageTypes(t *testing.T) {
 }
 
 // A message without a number (a user who hides it behind a username) is
-// listed, not refused: refusing would also refuse the statuses batched
-// with it, for as long as Meta retries.
-func TestWhatsAppMessageWithoutFromIsIgnored(t *testing.T) {
+// kept with From "", neither ignored nor invalid: it is a customer's words,
+// and it comes batched with statuses that must be kept too.
+func TestWhatsAppMessageWithoutFromIsKept(t *testing.T) {
 	body := `{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages","value":{"metadata":{"phone_number_id":"2"},` +
 		`"statuses":[{"id":"wamid.S1","status":"delivered","timestamp":"1795946600"}],` +
 		`"messages":[{"id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":{"body":"hi"}}]}}]}]}`
@@ -332,9 +341,10 @@ func TestWhatsAppMessageWithoutFromIsIgnored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Statuses) != 1 || len(got.Inbound) != 0 || len(got.Ignored) != 1 || !strings.Contains(got.Ignored[0], "without a from") {
-		t.Fatalf("got %d statuses, %d inbound, ignored %q; want the status kept and the message listed", len(got.Statuses), len(got.Inbound), got.Ignored)
-	}
+	s := waStatusWant("wamid.S1", "delivered", state.Delivered, tsTest, "", "2")
+	m := waInboundWant("wamid.TEST1", tsTest, "text", func(in *store.Inbound) { in.From, in.Text = "", "hi" })
+	m.PhoneNumberID = "2"
+	checkBatch(t, got, &Batch{Statuses: []Status{s}, Inbound: []Message{m}})
 }
 
 func TestWhatsAppStatuses(t *testing.T) {
@@ -401,8 +411,8 @@ func TestWhatsAppIgnored(t *testing.T) {
 	})
 }
 
-// malformedWhatsApp are bodies that are not WhatsApp webhooks; the fuzz
-// test is seeded with them too.
+// malformedWhatsApp are bodies whose envelope is not a WhatsApp webhook;
+// the fuzz test is seeded with them too.
 var malformedWhatsApp = []struct{ name, body string }{
 	{"empty body", ``},
 	{"not JSON", `object=whatsapp_business_account`},
@@ -411,38 +421,18 @@ var malformedWhatsApp = []struct{ name, body string }{
 	{"JSON null", `null`},
 	{"JSON string", `"whatsapp_business_account"`},
 	{"trailing garbage", `{"object":"whatsapp_business_account","entry":[]} x`},
+	{"not a webhook", `{"hello":"world"}`},
 	{"wrong object", `{"object":"page","entry":[]}`},
 	{"no object", `{"entry":[]}`},
 	{"object not a string", `{"object":1,"entry":[]}`},
 	{"no entry", `{"object":"whatsapp_business_account"}`},
 	{"entry null", `{"object":"whatsapp_business_account","entry":null}`},
 	{"entry an object", `{"object":"whatsapp_business_account","entry":{"changes":[]}}`},
+	{"entry of strings", `{"object":"whatsapp_business_account","entry":["x"]}`},
 	{"changes an object", `{"object":"whatsapp_business_account","entry":[{"changes":{}}]}`},
+	{"change a number", `{"object":"whatsapp_business_account","entry":[{"changes":[1]}]}`},
 	{"value missing", `{"object":"whatsapp_business_account","entry":[{"changes":[{"field":"messages"}]}]}`},
 	{"value a string", `{"object":"whatsapp_business_account","entry":[{"changes":[{"field":"messages","value":"x"}]}]}`},
-	{"statuses an object", wa(`"statuses":{"id":"wamid.TEST1"}`)},
-	{"status null", waStatusBody(`null`)},
-	{"status without id", waStatusBody(`{"status":"sent","timestamp":"1795946600"}`)},
-	{"status without status", waStatusBody(`{"id":"wamid.TEST1","timestamp":"1795946600"}`)},
-	{"status without timestamp", waStatusBody(`{"id":"wamid.TEST1","status":"sent"}`)},
-	{"status timestamp null", waStatusBody(`{"id":"wamid.TEST1","status":"sent","timestamp":null}`)},
-	{"status timestamp RFC 3339", waStatusBody(`{"id":"wamid.TEST1","status":"sent","timestamp":"2026-11-29T10:00:00Z"}`)},
-	{"status timestamp in milliseconds past 9999", waStatusBody(`{"id":"wamid.TEST1","status":"sent","timestamp":"1795946600000000"}`)},
-	{"status timestamp negative", waStatusBody(`{"id":"wamid.TEST1","status":"sent","timestamp":"-1"}`)},
-	{"status timestamp fractional", waStatusBody(`{"id":"wamid.TEST1","status":"sent","timestamp":1795946600.5}`)},
-	{"status timestamp overflows", waStatusBody(`{"id":"wamid.TEST1","status":"sent","timestamp":"99999999999999999999"}`)},
-	{"status id a number", waStatusBody(`{"id":12,"status":"sent","timestamp":"1795946600"}`)},
-	{"failed errors an object", waStatusBody(`{"id":"wamid.TEST1","status":"failed","timestamp":"1795946600","errors":{"code":131026}}`)},
-	{"failed errors of strings", waStatusBody(`{"id":"wamid.TEST1","status":"failed","timestamp":"1795946600","errors":["x"]}`)},
-	{"message without id", waMsg(`{"from":"16505551234","timestamp":"1795946600","type":"text","text":{"body":"hi"}}`)},
-	{"message without timestamp", waMsg(`{"from":"16505551234","id":"wamid.TEST1","type":"text","text":{"body":"hi"}}`)},
-	{"message bad timestamp", waMsg(`{"from":"16505551234","id":"wamid.TEST1","timestamp":"yesterday","type":"text","text":{"body":"hi"}}`)},
-	{"message from not a number", waMsg(`{"from":"sheena","id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":{"body":"hi"}}`)},
-	{"message from too long", waMsg(`{"from":"1234567890123456","id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":{"body":"hi"}}`)},
-	{"message text a string", waMsg(`{"from":"16505551234","id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":"hi"}`)},
-	{"message button reply id a number", waMsg(`{"from":"16505551234","id":"wamid.TEST1","timestamp":"1795946600","type":"interactive","interactive":{"type":"button_reply","button_reply":{"id":1,"title":"One"}}}`)},
-	{"NUL in a text", waMsg(`{"from":"16505551234","id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":{"body":"a\u0000b"}}`)},
-	{"NUL in an id", waStatusBody(`{"id":"wamid.\u0000","status":"sent","timestamp":"1795946600"}`)},
 	{"not UTF-8", waMsg("{\"from\":\"16505551234\",\"id\":\"wamid.TEST1\",\"timestamp\":\"1795946600\",\"type\":\"text\",\"text\":{\"body\":\"\xff\"}}")},
 }
 
@@ -460,12 +450,227 @@ func TestWhatsAppMalformed(t *testing.T) {
 	}
 }
 
-// One malformed item refuses the whole body: half a body stored would be
-// acknowledged as if all of it were.
-func TestWhatsAppOneBadItemRefusesTheBody(t *testing.T) {
+var (
+	long      = strings.Repeat("x", MaxID-len("wamid."))                        // a MaxID-byte wamid
+	tooLong   = strings.Repeat("x", MaxID+1-len("wamid."))                      // one byte more
+	leadZeros = strings.Repeat("0", MaxID-len("wamid.TEST1|sent|1795946600")+1) // a key one byte over
+)
+
+// invalidWhatsApp are statuses and messages msgq cannot use: each is
+// skipped, named in Invalid, and costs nothing to the items batched with
+// it. Exactly one of status and msg is set; want is the Invalid text
+// after the item's path.
+var invalidWhatsApp = []struct{ name, status, msg, want string }{
+	{name: "status null", status: `null`, want: "not an object"},
+	{name: "status a string", status: `"wamid.TEST1"`, want: "not an object"},
+	{name: "status without id", status: `{"status":"sent","timestamp":"1795946600"}`, want: "no id"},
+	{name: "status without status", status: `{"id":"wamid.TEST1","timestamp":"1795946600"}`, want: "no status"},
+	{name: "status without timestamp", status: `{"id":"wamid.TEST1","status":"sent"}`, want: "no timestamp"},
+	{name: "status timestamp null", status: `{"id":"wamid.TEST1","status":"sent","timestamp":null}`, want: "no timestamp"},
+	{name: "status timestamp RFC 3339", status: `{"id":"wamid.TEST1","status":"sent","timestamp":"2026-11-29T10:00:00Z"}`,
+		want: `timestamp "2026-11-29T10:00:00Z" is not Unix seconds`},
+	{name: "status timestamp in milliseconds past 9999", status: `{"id":"wamid.TEST1","status":"sent","timestamp":"1795946600000000"}`,
+		want: `timestamp "1795946600000000" is out of range`},
+	{name: "status timestamp negative", status: `{"id":"wamid.TEST1","status":"sent","timestamp":"-1"}`,
+		want: `timestamp "-1" is not Unix seconds`},
+	{name: "status timestamp fractional", status: `{"id":"wamid.TEST1","status":"sent","timestamp":1795946600.5}`,
+		want: `timestamp "1795946600.5" is not Unix seconds`},
+	{name: "status timestamp overflows", status: `{"id":"wamid.TEST1","status":"sent","timestamp":"99999999999999999999"}`,
+		want: `timestamp "99999999999999999999" is out of range`},
+	{name: "status timestamp an object", status: `{"id":"wamid.TEST1","status":"sent","timestamp":{}}`,
+		want: `timestamp "{}" is not Unix seconds`},
+	{name: "status id a number", status: `{"id":12,"status":"sent","timestamp":"1795946600"}`, want: "id is a JSON number"},
+	{name: "status callback an object", status: `{"id":"wamid.TEST1","status":"sent","timestamp":"1795946600","biz_opaque_callback_data":{}}`,
+		want: "biz_opaque_callback_data is a JSON object"},
+	{name: "failed errors an object", status: `{"id":"wamid.TEST1","status":"failed","timestamp":"1795946600","errors":{"code":131026}}`,
+		want: "errors is not an array"},
+	{name: "failed errors of strings", status: `{"id":"wamid.TEST1","status":"failed","timestamp":"1795946600","errors":["x"]}`,
+		want: "errors[] is a JSON string"},
+	{name: "NUL in an id", status: `{"id":"wamid.\u0000","status":"sent","timestamp":"1795946600"}`, want: "a NUL character"},
+	{name: "NUL in a callback", status: `{"id":"wamid.TEST1","status":"sent","timestamp":"1795946600","biz_opaque_callback_data":"\u0000"}`,
+		want: "a NUL character"},
+	{name: "status id too long", status: `{"id":"wamid.` + tooLong + `","status":"sent","timestamp":"1795946600"}`,
+		want: "id longer than 512 bytes"},
+	{name: "status key too long", status: `{"id":"wamid.TEST1","status":"sent","timestamp":"` + leadZeros + `1795946600"}`,
+		want: "dedupe key longer than 512 bytes"},
+	{name: "callback too long", status: `{"id":"wamid.TEST1","status":"sent","timestamp":"1795946600","biz_opaque_callback_data":"wamid.` + tooLong + `"}`,
+		want: "callback ref longer than 512 bytes"},
+
+	{name: "message null", msg: `null`, want: "not an object"},
+	{name: "message without id", msg: `{"from":"16505551234","timestamp":"1795946600","type":"text","text":{"body":"hi"}}`, want: "no id"},
+	{name: "message without timestamp", msg: `{"from":"16505551234","id":"wamid.TEST1","type":"text","text":{"body":"hi"}}`,
+		want: "no timestamp"},
+	{name: "message bad timestamp", msg: `{"from":"16505551234","id":"wamid.TEST1","timestamp":"yesterday","type":"text","text":{"body":"hi"}}`,
+		want: `timestamp "yesterday" is not Unix seconds`},
+	{name: "message from not a number", msg: `{"from":"sheena 16505551234","id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":{"body":"hi"}}`,
+		want: "from is not a phone number"},
+	{name: "message from too long", msg: `{"from":"1234567890123456","id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":{"body":"hi"}}`,
+		want: "from is not a phone number"},
+	{name: "message from a number", msg: `{"from":16505551234,"id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":{"body":"hi"}}`,
+		want: "from is a JSON number"},
+	{name: "message text a string", msg: `{"from":"16505551234","id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":"hi"}`,
+		want: "text is a JSON string"},
+	{name: "message button reply id a number", msg: `{"from":"16505551234","id":"wamid.TEST1","timestamp":"1795946600","type":"interactive","interactive":{"type":"button_reply","button_reply":{"id":1,"title":"One"}}}`,
+		want: "interactive.button_reply.id is a JSON number"},
+	{name: "NUL in a text", msg: `{"from":"16505551234","id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":{"body":"a\u0000b"}}`,
+		want: "a NUL character"},
+	{name: "message id too long", msg: `{"from":"16505551234","id":"wamid.` + tooLong + `","timestamp":"1795946600","type":"text","text":{"body":"hi"}}`,
+		want: "id longer than 512 bytes"},
+	{name: "context id too long", msg: `{"from":"16505551234","id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":{"body":"hi"},"context":{"id":"wamid.` + tooLong + `"}}`,
+		want: "context id longer than 512 bytes"},
+	{name: "reply id too long", msg: `{"from":"16505551234","id":"wamid.TEST1","timestamp":"1795946600","type":"button","button":{"payload":"wamid.` + tooLong + `","text":"Stop"}}`,
+		want: "reply id longer than 512 bytes"},
+}
+
+// goodStatus and goodMessage are batched with each invalid item.
+const (
+	goodStatus  = `{"id":"wamid.GOOD1","status":"delivered","timestamp":"1795946600"}`
+	goodMessage = `{"from":"16505551234","id":"wamid.GOOD2","timestamp":"1795946600","type":"text","text":{"body":"ok"}}`
+)
+
+func TestWhatsAppInvalidItems(t *testing.T) {
+	for _, tt := range invalidWhatsApp {
+		t.Run(tt.name, func(t *testing.T) {
+			// The bad item comes second among the statuses (after a good
+			// one) or first among the messages (before a good one).
+			statuses, messages, at := goodStatus, goodMessage, ""
+			if tt.status != "" {
+				statuses += "," + tt.status
+				at = "entry[0].changes[0].value.statuses[1]"
+			} else {
+				messages = tt.msg + "," + messages
+				at = "entry[0].changes[0].value.messages[0]"
+			}
+			got, err := WhatsApp([]byte(wa(`"statuses":[` + statuses + `],"messages":[` + messages + `]`)))
+			if err != nil {
+				t.Fatalf("err = %v, want the item skipped", err)
+			}
+			checkBatch(t, got, &Batch{
+				Statuses: []Status{waStatusWant("wamid.GOOD1", "delivered", state.Delivered, tsTest, "", pnid)},
+				Inbound: []Message{waInboundWant("wamid.GOOD2", tsTest, "text",
+					func(in *store.Inbound) { in.Text = "ok" })},
+				Invalid: []string{at + ": " + tt.want},
+			})
+		})
+	}
+}
+
+// One bad status in a batch costs only itself: the good one beside it is
+// returned, and the body is not refused (which would make Meta redeliver
+// it for 7 days, then drop both).
+func TestWhatsAppOneBadItemKeepsTheOthers(t *testing.T) {
 	body := waStatusBody(`{"id":"wamid.TEST1","status":"sent","timestamp":"1795946600"},{"id":"wamid.TEST2","status":"sent"}`)
-	if _, err := WhatsApp([]byte(body)); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("err = %v, want ErrMalformed", err)
+	got, err := WhatsApp([]byte(body))
+	if err != nil {
+		t.Fatalf("err = %v, want the bad status skipped", err)
+	}
+	checkBatch(t, got, &Batch{
+		Statuses: []Status{waStatusWant("wamid.TEST1", "sent", state.Sent, tsTest, "", pnid)},
+		Invalid:  []string{"entry[0].changes[0].value.statuses[1]: no timestamp"},
+	})
+}
+
+// What a change holds besides its items: a list that is not an array costs
+// that list; metadata that cannot be read costs the change (its items
+// would be put down to the wrong identity), not the body.
+func TestWhatsAppInvalidLists(t *testing.T) {
+	other := `{"field":"messages","value":{"metadata":{"phone_number_id":"2"},"statuses":[{"id":"wamid.S2","status":"read","timestamp":"1795946600"}]}}`
+	s2 := waStatusWant("wamid.S2", "read", state.Read, tsTest, "", "2")
+	inGood := waInboundWant("wamid.GOOD2", tsTest, "text", func(in *store.Inbound) { in.Text = "ok" })
+	inGood.PhoneNumberID = "1"
+	tests := []struct {
+		name, value string
+		want        *Batch
+	}{
+		{"statuses an object", `"statuses":{"id":"wamid.TEST1"},"messages":[` + goodMessage + `]`, &Batch{
+			Statuses: []Status{s2},
+			Inbound:  []Message{inGood},
+			Invalid:  []string{"entry[0].changes[0].value.statuses: not an array"},
+		}},
+		{"messages a string", `"statuses":[` + goodStatus + `],"messages":"hi"`, &Batch{
+			Statuses: []Status{waStatusWant("wamid.GOOD1", "delivered", state.Delivered, tsTest, "", "1"), s2},
+			Invalid:  []string{"entry[0].changes[0].value.messages: not an array"},
+		}},
+		{"metadata an array", `"metadata":[],"statuses":[` + goodStatus + `]`, &Batch{
+			Statuses: []Status{s2},
+			Invalid:  []string{"entry[0].changes[0].value.metadata: not an object"},
+		}},
+		{"phone_number_id a number", `"metadata":{"phone_number_id":1},"statuses":[` + goodStatus + `]`, &Batch{
+			Statuses: []Status{s2},
+			Invalid:  []string{"entry[0].changes[0].value.metadata: phone_number_id is a JSON number"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			value := tt.value
+			if !strings.HasPrefix(value, `"metadata"`) {
+				value = `"metadata":{"phone_number_id":"1"},` + value
+			}
+			body := `{"object":"whatsapp_business_account","entry":[{"changes":[{"field":"messages","value":{` + value + `}},` + other + `]}]}`
+			got, err := WhatsApp([]byte(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkBatch(t, got, tt.want)
+		})
+	}
+}
+
+// Ids may be up to MaxID bytes, and no more.
+func TestWhatsAppLengthCap(t *testing.T) {
+	id := "wamid." + long
+	got, err := WhatsApp([]byte(waMsg(`{"from":"16505551234","id":"` + id + `","timestamp":"1795946600","type":"text","text":{"body":"hi"},"context":{"id":"` + id + `"}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatch(t, got, &Batch{Inbound: []Message{waInboundWant(id, tsTest, "text",
+		func(in *store.Inbound) { in.Text, in.ContextID = "hi", id })}})
+	// Texts have no cap of their own.
+	text := strings.Repeat("é", 10*MaxID)
+	got, err = WhatsApp([]byte(waMsg(`{"from":"16505551234","id":"wamid.TEST1","timestamp":"1795946600","type":"text","text":{"body":"` + text + `"}}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBatch(t, got, &Batch{Inbound: []Message{waInboundWant("wamid.TEST1", tsTest, "text",
+		func(in *store.Inbound) { in.Text = text })}})
+}
+
+// No text a log or a 400 body may carry quotes a sender's number, whatever
+// it looks like.
+func TestNoNumberInTexts(t *testing.T) {
+	const digits = "6505551234"
+	var texts []string
+	for _, tt := range invalidWhatsApp {
+		body := waStatusBody(tt.status)
+		if tt.msg != "" {
+			body = waMsg(tt.msg)
+		}
+		b, err := WhatsApp([]byte(body))
+		if err != nil {
+			texts = append(texts, err.Error())
+			continue
+		}
+		texts = append(texts, b.Invalid...)
+		texts = append(texts, b.Ignored...)
+	}
+	for _, tt := range invalidHTTP {
+		b, err := HTTP([]byte(tt.body), tt.webhookID)
+		if err != nil {
+			texts = append(texts, err.Error())
+			continue
+		}
+		texts = append(texts, b.Invalid...)
+		texts = append(texts, b.Ignored...)
+	}
+	for _, tt := range malformedHTTP {
+		if _, err := HTTP([]byte(tt.body), ""); err != nil {
+			texts = append(texts, err.Error())
+		}
+	}
+	for _, s := range texts {
+		if strings.Contains(s, digits) || strings.Contains(s, "5551234567") || strings.Contains(s, "sheena") {
+			t.Errorf("a number in %q", s)
+		}
 	}
 }
 
@@ -573,32 +778,25 @@ func TestHTTPTimestamps(t *testing.T) {
 	}
 }
 
+// malformedHTTP are bodies whose envelope is not an http provider event;
+// the fuzz test is seeded with them too.
 var malformedHTTP = []struct{ name, body string }{
 	{"empty body", ``},
 	{"not JSON", `type=message.status`},
+	{"truncated", `{"type":"message.status","data":{`},
 	{"JSON array", `[{"type":"message.status"}]`},
 	{"JSON null", `null`},
+	{"not a webhook", `{"hello":"world"}`},
 	{"no type", `{"timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"sent"}}`},
 	{"type not a string", `{"type":1,"data":{}}`},
 	{"no data", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z"}`},
 	{"data null", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":null}`},
 	{"data an array", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":[]}`},
-	{"status without id", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"status":"sent"}}`},
-	{"status without status", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1"}}`},
-	{"status without timestamp", `{"type":"message.status","data":{"id":"msg_1","status":"sent"}}`},
-	{"status bad timestamp", `{"type":"message.status","timestamp":"1795946400","data":{"id":"msg_1","status":"sent"}}`},
-	{"status bad data timestamp", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"sent","timestamp":"now"}}`},
-	{"status timestamp past 9999 in UTC", `{"type":"message.status","timestamp":"9999-12-31T23:59:59-01:00","data":{"id":"msg_1","status":"sent"}}`},
-	{"failed error a string", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"failed","error":"window_closed"}}`},
-	{"received without id", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"from":"+15551234567","text":"hi"}}`},
-	{"received without from", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","text":"hi"}}`},
-	{"from without plus", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"15551234567","text":"hi"}}`},
-	{"from with spaces", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"+1 555 123 4567","text":"hi"}}`},
-	{"from a name", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"sheena","text":"hi"}}`},
-	{"from too long", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"+1234567890123456","text":"hi"}}`},
-	{"received without timestamp", `{"type":"message.received","data":{"id":"in_1","from":"+15551234567","text":"hi"}}`},
-	{"NUL in a ref", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"sent","ref":"\u0000"}}`},
-	{"text a number", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"+15551234567","text":1}}`},
+	{"bad timestamp", `{"type":"message.status","timestamp":"1795946400","data":{"id":"msg_1","status":"sent"}}`},
+	{"timestamp past 9999 in UTC", `{"type":"message.status","timestamp":"9999-12-31T23:59:59-01:00","data":{"id":"msg_1","status":"sent"}}`},
+	{"timestamp a number", `{"type":"message.status","timestamp":1795946400,"data":{"id":"msg_1","status":"sent"}}`},
+	{"bad timestamp on another type", `{"type":"endpoint.test","timestamp":"now","data":{}}`},
+	{"not UTF-8", "{\"type\":\"message.received\",\"timestamp\":\"2026-11-29T10:00:00Z\",\"data\":{\"id\":\"in_1\",\"from\":\"+15551234567\",\"text\":\"\xff\"}}"},
 }
 
 func TestHTTPMalformed(t *testing.T) {
@@ -612,6 +810,73 @@ func TestHTTPMalformed(t *testing.T) {
 				t.Errorf("a batch came with the error: %+v", b)
 			}
 		})
+	}
+}
+
+// invalidHTTP are events msgq cannot use: acknowledged, with nothing kept
+// and the reason in Invalid.
+var invalidHTTP = []struct{ name, body, webhookID, want string }{
+	{"status without id", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"status":"sent"}}`, "", "no data.id"},
+	{"status without status", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1"}}`, "", "no data.status"},
+	{"status without timestamp", `{"type":"message.status","data":{"id":"msg_1","status":"sent"}}`, "", "no timestamp"},
+	{"status bad data timestamp", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"sent","timestamp":"now"}}`, "",
+		`timestamp "now" is not RFC 3339`},
+	{"status data timestamp past 9999 in UTC", `{"type":"message.status","data":{"id":"msg_1","status":"sent","timestamp":"9999-12-31T23:59:59-01:00"}}`, "",
+		`timestamp "9999-12-31T23:59:59-01:00" is out of range`},
+	{"status id a number", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":1,"status":"sent"}}`, "", "data.id is a JSON number"},
+	{"failed error a string", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"failed","error":"window_closed"}}`, "",
+		"data.error is not an object"},
+	{"NUL in a ref", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"sent","ref":"\u0000"}}`, "", "a NUL character"},
+	{"status id too long", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"` + tooLong + `xxxxxx","status":"sent"}}`, "",
+		"data.id longer than 512 bytes"},
+	{"ref too long", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"sent","ref":"` + tooLong + `xxxxxx"}}`, "",
+		"callback ref longer than 512 bytes"},
+	{"key too long", `{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"sent"}}`, strings.Repeat("w", MaxID-2),
+		"dedupe key longer than 512 bytes"},
+	{"received without id", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"from":"+15551234567","text":"hi"}}`, "", "no data.id"},
+	{"received without from", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","text":"hi"}}`, "", "data.from is not E.164"},
+	{"from without plus", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"15551234567","text":"hi"}}`, "",
+		"data.from is not E.164"},
+	{"from with spaces", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"+1 555 123 4567","text":"hi"}}`, "",
+		"data.from is not E.164"},
+	{"from a name", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"sheena","text":"hi"}}`, "",
+		"data.from is not E.164"},
+	{"from too long", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"+1234567890123456","text":"hi"}}`, "",
+		"data.from is not E.164"},
+	{"from a number", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":15551234567,"text":"hi"}}`, "",
+		"data.from is a JSON number"},
+	{"received without timestamp", `{"type":"message.received","data":{"id":"in_1","from":"+15551234567","text":"hi"}}`, "", "no timestamp"},
+	{"text a number", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"+15551234567","text":1}}`, "",
+		"data.text is a JSON number"},
+	{"NUL in a text", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"+15551234567","text":"\u0000"}}`, "",
+		"a NUL character"},
+	{"received id too long", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"` + tooLong + `xxxxxx","from":"+15551234567"}}`, "",
+		"id longer than 512 bytes"},
+	{"reply_to too long", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"+15551234567","reply_to":"` + tooLong + `xxxxxx"}}`, "",
+		"context id longer than 512 bytes"},
+	{"button_id too long", `{"type":"message.received","timestamp":"2026-11-29T10:00:00Z","data":{"id":"in_1","from":"+15551234567","button_id":"` + tooLong + `xxxxxx"}}`, "",
+		"reply id longer than 512 bytes"},
+}
+
+func TestHTTPInvalid(t *testing.T) {
+	for _, tt := range invalidHTTP {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := HTTP([]byte(tt.body), tt.webhookID)
+			if err != nil {
+				t.Fatalf("err = %v, want the event skipped", err)
+			}
+			typ := TypeStatus
+			if strings.Contains(tt.body, TypeReceived) {
+				typ = TypeReceived
+			}
+			checkBatch(t, got, &Batch{Invalid: []string{typ + ": " + tt.want}})
+		})
+	}
+	// The cap is on the key as kept: a webhook id that leaves it at
+	// MaxID bytes is fine.
+	got, err := HTTP([]byte(`{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"sent"}}`), strings.Repeat("w", MaxID-3))
+	if err != nil || len(got.Statuses) != 1 || len(got.Statuses[0].DedupeKey) != MaxID {
+		t.Errorf("a key of MaxID bytes: %+v, %v", got, err)
 	}
 }
 

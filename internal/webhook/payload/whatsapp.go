@@ -25,15 +25,19 @@ type waChange struct {
 	Value json.RawMessage `json:"value"`
 }
 
+// Raw throughout: each part is judged on its own, so that one bad item
+// does not cost the others.
 type waValue struct {
-	Metadata struct {
-		PhoneNumberID string `json:"phone_number_id"`
-	} `json:"metadata"`
-	Statuses []waStatus  `json:"statuses"`
-	Messages []waMessage `json:"messages"`
+	Metadata json.RawMessage `json:"metadata"`
+	Statuses json.RawMessage `json:"statuses"`
+	Messages json.RawMessage `json:"messages"`
 	// A system- or account-level problem (Meta's "errors" webhook), about
 	// no message in particular.
 	Errors json.RawMessage `json:"errors"`
+}
+
+type waMetadata struct {
+	PhoneNumberID string `json:"phone_number_id"`
 }
 
 type waStatus struct {
@@ -88,7 +92,8 @@ type waMessage struct {
 }
 
 // WhatsApp reads a Cloud API webhook body: every status and inbound
-// message of every change of every entry, in order.
+// message of every change of every entry, in order. Only an unreadable
+// envelope is an error; items are skipped one by one (Batch.Invalid).
 func WhatsApp(body []byte) (*Batch, error) {
 	var b waBody
 	if err := decodeObject(body, &b); err != nil {
@@ -117,9 +122,6 @@ func WhatsApp(body []byte) (*Batch, error) {
 			}
 		}
 	}
-	if err := batch.storable(); err != nil {
-		return nil, err
-	}
 	return batch, nil
 }
 
@@ -131,16 +133,24 @@ func (b *Batch) waChange(at string, raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return malformed("%s.value: %v", at, err)
 	}
-	pnid := v.Metadata.PhoneNumberID
-	for k := range v.Statuses {
-		if err := b.waStatus(fmt.Sprintf("%s.value.statuses[%d]", at, k), &v.Statuses[k], pnid); err != nil {
-			return err
+	// The number the items came through names their identity: without it
+	// they would be put down to another, so the change is skipped whole.
+	var md waMetadata
+	if present(v.Metadata) {
+		if v.Metadata[0] != '{' {
+			b.invalid(at+".value.metadata", "not an object")
+			return nil
+		}
+		if err := json.Unmarshal(v.Metadata, &md); err != nil {
+			b.invalid(at+".value.metadata", "%s", decodeProblem("", err))
+			return nil
 		}
 	}
-	for k := range v.Messages {
-		if err := b.waMessage(fmt.Sprintf("%s.value.messages[%d]", at, k), &v.Messages[k], pnid); err != nil {
-			return err
-		}
+	for k, item := range b.waItems(at+".value.statuses", v.Statuses) {
+		b.waStatus(fmt.Sprintf("%s.value.statuses[%d]", at, k), item, md.PhoneNumberID)
+	}
+	for k, item := range b.waItems(at+".value.messages", v.Messages) {
+		b.waMessage(fmt.Sprintf("%s.value.messages[%d]", at, k), item, md.PhoneNumberID)
 	}
 	if present(v.Errors) {
 		b.Ignored = append(b.Ignored, fmt.Sprintf("%s: errors %s", at, errorCodes(v.Errors)))
@@ -148,16 +158,46 @@ func (b *Batch) waChange(at string, raw json.RawMessage) error {
 	return nil
 }
 
-func (b *Batch) waStatus(at string, s *waStatus, pnid string) error {
+// waItems splits a statuses or messages array into its items, still
+// undecoded; a list that is not an array is named Invalid and gives none.
+func (b *Batch) waItems(at string, raw json.RawMessage) []json.RawMessage {
+	if !present(raw) {
+		return nil
+	}
+	var items []json.RawMessage
+	if raw[0] != '[' || json.Unmarshal(raw, &items) != nil {
+		b.invalid(at, "not an array")
+		return nil
+	}
+	return items
+}
+
+func (b *Batch) waStatus(at string, raw json.RawMessage, pnid string) {
+	if raw[0] != '{' {
+		b.invalid(at, "not an object")
+		return
+	}
+	var s waStatus
+	if err := json.Unmarshal(raw, &s); err != nil {
+		b.invalid(at, "%s", decodeProblem("", err))
+		return
+	}
 	if s.ID == "" {
-		return malformed("%s: no id", at)
+		b.invalid(at, "no id")
+		return
+	}
+	if len(s.ID) > MaxID {
+		b.invalid(at, "id longer than %d bytes", MaxID)
+		return
 	}
 	if s.Status == "" {
-		return malformed("%s: no status", at)
+		b.invalid(at, "no status")
+		return
 	}
 	ts, t, err := unixSeconds(s.Timestamp)
 	if err != nil {
-		return malformed("%s: %v", at, err)
+		b.invalid(at, "%v", err)
+		return
 	}
 	st, ok := statusState(s.Status)
 	if s.Status == "played" {
@@ -166,7 +206,7 @@ func (b *Batch) waStatus(at string, s *waStatus, pnid string) error {
 	}
 	if !ok {
 		b.Ignored = append(b.Ignored, fmt.Sprintf("%s: status %.40q of %.100s", at, s.Status, s.ID))
-		return nil
+		return
 	}
 	ev := store.StatusEvidence{
 		Provider:    store.WebhookWhatsApp,
@@ -178,41 +218,58 @@ func (b *Batch) waStatus(at string, s *waStatus, pnid string) error {
 	}
 	if st == state.Failed && present(s.Errors) {
 		if s.Errors[0] != '[' {
-			return malformed("%s: errors is not an array", at)
+			b.invalid(at, "errors is not an array")
+			return
 		}
 		var errs []waError
 		if err := json.Unmarshal(s.Errors, &errs); err != nil {
-			return malformed("%s.errors: %v", at, err)
+			b.invalid(at, "%s", decodeProblem("errors[]", err))
+			return
 		}
 		if len(errs) > 0 {
 			ev.ErrorCode = code(errs[0].Code)
 		}
 		ev.Error = string(s.Errors)
 	}
-	b.Statuses = append(b.Statuses, Status{StatusEvidence: ev, PhoneNumberID: pnid})
-	return nil
+	kept := Status{StatusEvidence: ev, PhoneNumberID: pnid}
+	if why := kept.unusable(); why != "" {
+		b.invalid(at, "%s", why)
+		return
+	}
+	b.Statuses = append(b.Statuses, kept)
 }
 
-func (b *Batch) waMessage(at string, m *waMessage, pnid string) error {
+func (b *Batch) waMessage(at string, raw json.RawMessage, pnid string) {
+	if raw[0] != '{' {
+		b.invalid(at, "not an object")
+		return
+	}
+	var m waMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		b.invalid(at, "%s", decodeProblem("", err))
+		return
+	}
 	if m.ID == "" {
-		return malformed("%s: no id", at)
+		b.invalid(at, "no id")
+		return
 	}
-	if m.From == "" {
-		// Meta is rolling out usernames: a user who hides their number
-		// may come without one. Refusing the body would also refuse the
-		// statuses batched with it, for the 7 days Meta retries; the raw
-		// body is kept either way, so the message is listed for logs.
-		b.Ignored = append(b.Ignored, fmt.Sprintf("%s: message %.100s without a from number", at, m.ID))
-		return nil
-	}
-	// Meta sends bare digits; a plus is tolerated so it is not doubled.
-	from := "+" + strings.TrimPrefix(m.From, "+")
-	if !e164(from) {
-		return malformed("%s: from %.40q is not a phone number", at, m.From)
+	// Meta is rolling out usernames: a user who hides their number may
+	// come without one. The message is kept with From "" (stored and
+	// listed, opening no service window): it is still a customer's words.
+	from := ""
+	if m.From != "" {
+		// Meta sends bare digits; a plus is tolerated so it is not doubled.
+		from = "+" + strings.TrimPrefix(m.From, "+")
+		if !e164(from) {
+			// Not quoted: it may be most of someone's number.
+			b.invalid(at, "from is not a phone number")
+			return
+		}
 	}
 	_, t, err := unixSeconds(m.Timestamp)
 	if err != nil {
-		return malformed("%s: %v", at, err)
+		b.invalid(at, "%v", err)
+		return
 	}
 	in := store.Inbound{
 		Provider:          store.WebhookWhatsApp,
@@ -237,10 +294,14 @@ func (b *Batch) waMessage(at string, m *waMessage, pnid string) error {
 	case m.Type == "button" && m.Button != nil:
 		in.ReplyID, in.ReplyTitle = m.Button.Payload, m.Button.Text
 	default:
-		in.Text = describe(m)
+		in.Text = describe(&m)
 	}
-	b.Inbound = append(b.Inbound, Message{Inbound: in, PhoneNumberID: pnid})
-	return nil
+	kept := Message{Inbound: in, PhoneNumberID: pnid}
+	if why := kept.unusable(); why != "" {
+		b.invalid(at, "%s", why)
+		return
+	}
+	b.Inbound = append(b.Inbound, kept)
 }
 
 // describe gives a short text for a message that is not text or a reply,
