@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -228,6 +229,96 @@ func TestServeKilledBetweenStoringAndProcessing(t *testing.T) {
 			if n != 1 {
 				t.Fatalf("row %s has %d webhook history rows, want 1", id, n)
 			}
+		}
+	})
+}
+
+// TestServeDedupesAndAppliesForwardOnly posts, to a real `webhook serve`
+// on each store, the same status three times and sent/delivered/read in
+// shuffled orders (each status twice): every row ends in the highest
+// status it was told, and every repeat is counted, never applied twice.
+func TestServeDedupesAndAppliesForwardOnly(t *testing.T) {
+	bothStores(t, func(t *testing.T, kind string) {
+		dir := t.TempDir()
+		b := newBackend(t, kind, dir)
+		cfg := filepath.Join(dir, "msgq.yaml")
+		writeFile(t, cfg, webhookConfig)
+		e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + b.url, "MSGQ_TEST_TOKEN=t",
+			"MSGQ_TEST_APP_SECRET=" + testAppSecret, "MSGQ_TEST_VERIFY_TOKEN=v"}}
+		e.run("migrate")
+		ctx := context.Background()
+		st, err := b.open(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		const rows = 7
+		ids, wamids := acceptedRows(t, st, rows)
+		p, url := startServe(t, e, "--poll", "50ms")
+		post := func(i int, status string) {
+			t.Helper()
+			ts := map[string]int64{"sent": 1764410400, "delivered": 1764410405, "read": 1764410460}[status]
+			if code, err := postSigned(url, waStatusBody(wamids[i], status, ts)); err != nil || code != 200 {
+				t.Fatalf("post: %d %v", code, err)
+			}
+		}
+		for range 3 {
+			post(0, "delivered")
+		}
+		rnd := rand.New(rand.NewPCG(uint64(len(kind)), 7))
+		want := map[string]state.State{ids[0]: state.Delivered}
+		for i := 1; i < rows; i++ {
+			seq := []string{"sent", "delivered", "read", "sent", "delivered", "read"}
+			rnd.Shuffle(len(seq), func(a, b int) { seq[a], seq[b] = seq[b], seq[a] })
+			for j, s := range seq {
+				post(i, s)
+				if j == 2 {
+					time.Sleep(60 * time.Millisecond) // let the worker apply part of the sequence first
+				}
+			}
+			want[ids[i]] = state.Read
+		}
+		// 2 repeats of the first row's status, 3 of each other row's.
+		wantDup := int64(2 + 3*(rows-1))
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ws, err := st.WebhookStats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := ws.UnprocessedWebhooks == 0 && ws.DuplicateWebhooks == wantDup
+			for id, w := range want {
+				if m, err := st.MessageGet(ctx, store.DefaultTenant, id); err != nil || m.State != w {
+					done = false
+				}
+			}
+			if done {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 30s: %+v (want %d duplicates): %s", ws, wantDup, p.log.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for i, id := range ids {
+			hist, err := st.MessageHistory(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			for _, h := range hist {
+				if h.Source == store.SourceWebhook {
+					n++
+				}
+			}
+			// Each distinct status reaches history once, applied or not.
+			if wantN := map[bool]int{true: 1, false: 3}[i == 0]; n != wantN {
+				t.Errorf("row %d: %d webhook history rows, want %d", i, n, wantN)
+			}
+		}
+		_ = p.proc.Signal(syscall.SIGTERM)
+		if err := <-p.done; err != nil {
+			t.Fatalf("webhook serve on SIGTERM: %v", err)
 		}
 	})
 }
