@@ -24,6 +24,11 @@ type identityRow struct {
 	Queued       int        `json:"queued"`
 	Sending      int        `json:"sending"`
 	Unknown      int        `json:"unknown"`
+	// ServiceWindow is the customer-service window enforced on free-form
+	// text ("off" when none), and Webhooks the endpoint whose deliveries
+	// this identity verifies ("" when none).
+	ServiceWindow string `json:"service_window"`
+	Webhooks      string `json:"webhooks"`
 }
 
 func newIdentitiesCmd(a *app) *cobra.Command {
@@ -49,7 +54,16 @@ expired, account blocked) pauses the identity: its rows stay queued until
 			rows := map[string]*identityRow{}
 			for n, id := range a.cfg.Identities {
 				rows[n] = &identityRow{Name: n, Provider: id.Config.Provider, Configured: true, Rate: id.Rate,
-					PerRecipient: id.Config.PerRecipientInterval}
+					PerRecipient: id.Config.PerRecipientInterval, ServiceWindow: "off"}
+				if id.Window > 0 {
+					rows[n].ServiceWindow = id.Window.String()
+				}
+				switch {
+				case id.Config.AppSecretEnv != "":
+					rows[n].Webhooks = "/webhooks/whatsapp"
+				case id.Config.WebhookSecretEnv != "":
+					rows[n].Webhooks = "/webhooks/http"
+				}
 			}
 			for _, s := range states {
 				r := rows[s.Name]
