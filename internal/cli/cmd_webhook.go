@@ -87,6 +87,9 @@ func webhookSecrets(ids map[string]*identity) (webhook.Config, error) {
 				}
 				hs.Secrets = append(hs.Secrets, s)
 			}
+			if len(hs.Secrets) == 0 {
+				return cfg, usagef("identity %s: %s (webhook_secret_env) holds no whsec_ secret", n, ic.WebhookSecretEnv)
+			}
 			cfg.HTTP = append(cfg.HTTP, hs)
 		}
 	}
