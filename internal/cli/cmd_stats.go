@@ -60,15 +60,17 @@ func newStatsCmd(a *app) *cobra.Command {
     twice), since the store was created;
   - provider calls finished within --window, by outcome class;
   - deliveries within --window, and the sent-to-delivered latency (p50, p95)
-    of the latest 10,000 of them.
+    of the latest 10,000 of them;
+  - webhooks: statuses and inbound messages that arrived again (since the
+    store was created), inbound messages linked to no sent message, statuses
+    waiting for their message, deliveries not processed yet, and unreadable
+    deliveries (processed with an error: nothing was read from them, their
+    bodies wait for a person, and purge keeps them).
 
 -o json prints one object (durations in nanoseconds, times in RFC 3339).
 -o prometheus prints the Prometheus text exposition format, for
 node_exporter's textfile collector: write it to a temporary file and rename it
 into the collector's directory, so that node_exporter never reads half a file.
-
-Duplicate webhooks and unattributed inbound replies are not counted yet: they
-arrive with webhooks.
 
 ` + exitStatusHelp,
 		Example: `  msgq stats
@@ -195,6 +197,7 @@ func printStats(w io.Writer, r *statsResult) error {
 		{"unattributed inbound", strconv.Itoa(s.UnattributedInbound)},
 		{"parked webhook statuses", strconv.Itoa(s.ParkedEvidence)},
 		{"unprocessed webhooks", strconv.Itoa(s.UnprocessedWebhooks)},
+		{"unreadable webhooks", strconv.Itoa(s.UnreadableWebhooks)},
 	})
 }
 
@@ -258,6 +261,8 @@ func printPrometheus(w io.Writer, s *store.Stats) error {
 		Set(float64(s.ParkedEvidence))
 	gauge("msgq_unprocessed_webhooks", "Stored webhook deliveries not processed yet (is webhook serve's worker or webhook process running?).").
 		Set(float64(s.UnprocessedWebhooks))
+	gauge("msgq_unreadable_webhooks", "Stored webhook deliveries processed with an error: nothing was read from them (msgq webhook replay once fixed); purge keeps them.").
+		Set(float64(s.UnreadableWebhooks))
 	gauge("msgq_oldest_eligible_queued_age_seconds",
 		"How long the oldest eligible queued message (due, within its deadline, identity not paused) has been due; 0 when none is.").
 		Set(oldestAge(s).Seconds())

@@ -193,7 +193,7 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 			fields := slices.Sorted(maps.Keys(raw))
 			want := []string{"at", "attempts_by_class", "counts", "delivered", "delivery_p50_ns", "delivery_p95_ns",
 				"duplicate_webhooks", "key_replays", "oldest_eligible_age_ns", "oldest_eligible_due_at", "parked_evidence",
-				"sending_past_lease", "unattributed_inbound", "unknown", "unprocessed_webhooks", "window_ns"}
+				"sending_past_lease", "unattributed_inbound", "unknown", "unprocessed_webhooks", "unreadable_webhooks", "window_ns"}
 			if !slices.Equal(fields, want) {
 				t.Errorf("stats -o json fields %v, want %v", fields, want)
 			}
@@ -256,6 +256,7 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 				`(?m)^key replays +2$`,
 				`(?m)^attempts \(last 1h\) +accepted 3, ambiguous 2, identity 0, permanent 1, rate_limited 0, transient 0$`,
 				`(?m)^delivered \(last 1h\) +3 \(sent to delivered: p50 4s, p95 10s\)$`,
+				`(?m)^unreadable webhooks +0$`,
 			} {
 				if !opsMatch(line, out) {
 					t.Errorf("stats: no line matching %s in\n%s", line, out)
@@ -322,6 +323,7 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 				{"msgq_delivery_latency_p50_seconds", nil, 4},
 				{"msgq_delivery_latency_p95_seconds", nil, 10},
 				{"msgq_stats_window_seconds", nil, 3600},
+				{"msgq_unreadable_webhooks", nil, 0},
 			} {
 				if got := value(c.name, c.labels...); got != c.want {
 					t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -413,7 +415,7 @@ func TestJSONFieldsOfHealthAndPurge(t *testing.T) {
 		want string
 	}{
 		{[]string{"health", "--max-stuck", "0", "-o", "json"}, `{"at","checks":[{"crossed","max","message","name","value"}],"ok"}`},
-		{[]string{"purge", "--older-than", "90d", "-o", "json"}, `{"before","dry_run","messages","purpose","tenant"}`},
+		{[]string{"purge", "--older-than", "90d", "-o", "json"}, `{"before","dry_run","inbound_texts","messages","purpose","tenant","webhook_events"}`},
 	} {
 		code, out, errs := runOps(t, u, cfg, c.args...)
 		if code != 0 {
@@ -513,9 +515,10 @@ func TestStatsHealthAndPurgeRefuseBadInputBeforeTouchingTheStore(t *testing.T) {
 func TestStatsHealthAndPurgeHelp(t *testing.T) {
 	t.Parallel()
 	for cmd, want := range map[string][]string{
-		"stats":  {"textfile collector", "-o prometheus", "--window", "Examples:", "EXIT STATUS"},
+		"stats":  {"textfile collector", "-o prometheus", "--window", "unreadable", "Examples:", "EXIT STATUS"},
 		"health": {"--max-oldest-queued", "MSGQ_HEALTH_MAX_STUCK", "max_oldest_queued: 5m", "Examples:", "4  a check found something"},
-		"purge":  {"--older-than", "never sent again", "--dry-run", "Examples:", "EXIT STATUS"},
+		"purge": {"--older-than", "never sent again", "--dry-run", "raw webhook deliveries processed without an error",
+			"neither --tenant nor --purpose", "Examples:", "EXIT STATUS"},
 	} {
 		var out bytes.Buffer
 		if code := cli.Run(context.Background(), []string{cmd, "--help"}, &cli.IOStreams{In: strings.NewReader(""), Out: &out, Err: &out}); code != 0 {

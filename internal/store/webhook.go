@@ -189,6 +189,17 @@ type WebhookStats struct {
 	ParkedEvidence int `json:"parked_evidence"`
 	// UnprocessedWebhooks counts stored events not yet processed.
 	UnprocessedWebhooks int `json:"unprocessed_webhooks"`
+	// UnreadableWebhooks counts events processed with an error: deliveries
+	// nothing was read from, whose bodies wait for a person (or a fixed
+	// parser and a replay). WebhookPurge never drops them.
+	UnreadableWebhooks int `json:"unreadable_webhooks"`
+}
+
+// WebhookPurged counts what WebhookPurge dropped (with DryRun: would drop).
+// Field names in JSON are a contract (msgq purge -o json).
+type WebhookPurged struct {
+	Events  int `json:"webhook_events"` // raw deliveries deleted
+	Inbound int `json:"inbound_texts"`  // inbound messages whose text was blanked
 }
 
 // Evidence is the part of a Store that keeps webhook evidence.
@@ -251,6 +262,30 @@ type Evidence interface {
 
 	// WebhookStats returns the evidence figures.
 	WebhookStats(ctx context.Context) (*WebhookStats, error)
+
+	// WebhookPurge is retention for webhook data, which is customer data
+	// (raw bodies, what customers wrote):
+	//
+	//   - it deletes the raw events processed without an error and
+	//     received before p.Before. An event with an error, or not yet
+	//     processed, is kept whatever its age: a person or a later run
+	//     still needs its body;
+	//   - it blanks text and reply_title of inbound messages stored before
+	//     p.Before, keeping the row with its ids, from, reply_id and
+	//     message_id: deduplication (a redelivery is still a duplicate)
+	//     and attribution need them. A row whose text and reply_title are
+	//     both empty is the purged state (one that arrived without either
+	//     has nothing to drop), so a purged row is never counted again.
+	//
+	// Statuses (evidence) and windows are kept: they are small, and
+	// deduplication and the history of rows rest on them. p.Tenant and
+	// p.Purpose do not apply: webhooks belong to no tenant and no purpose,
+	// so a caller filtering messages by either should not call this. With
+	// p.DryRun it counts and writes nothing. It works in bounded
+	// transactions (as MessagePurge), so an interrupted run can be run
+	// again; on an error it returns what the batches committed so far did
+	// along with the error.
+	WebhookPurge(ctx context.Context, p *PurgeParams) (*WebhookPurged, error)
 }
 
 // PrepareStatus completes a status as a store's ingest keeps it: its

@@ -855,12 +855,73 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 	err := q.QueryRow(ctx, "SELECT coalesce((SELECT n FROM counters WHERE name = $1), 0), "+
 		"(SELECT count(*) FROM inbound WHERE message_id IS NULL), "+
 		"(SELECT count(*) FROM evidence WHERE outcome = ''), "+
-		"(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL)", store.CounterDuplicateWebhooks).
-		Scan(&st.DuplicateWebhooks, &st.UnattributedInbound, &st.ParkedEvidence, &st.UnprocessedWebhooks)
+		"(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL), "+
+		"(SELECT count(*) FROM webhook_events WHERE error <> '')", store.CounterDuplicateWebhooks).
+		Scan(&st.DuplicateWebhooks, &st.UnattributedInbound, &st.ParkedEvidence, &st.UnprocessedWebhooks, &st.UnreadableWebhooks)
 	if err != nil {
 		return fmt.Errorf("postgres: webhook stats: %w", err)
 	}
 	return nil
+}
+
+// Retention's predicates, each the literal WHERE of its partial index
+// (webhook_events_done, inbound_text) and a bound, so that the planner
+// can prove the index applies to any plan of the statements, generic ones
+// included.
+const (
+	purgeEventsWhere  = "processed_at IS NOT NULL AND error = '' AND received_at < $1"
+	purgeInboundWhere = "(text <> '' OR reply_title <> '') AND stored_at < $1"
+)
+
+// Each batch is one statement, so one short transaction of at most $2
+// rows, oldest first along the partial index. SKIP LOCKED leaves rows an
+// ingest or an apply holds to the next run rather than waiting for them.
+// The ids go through ARRAY(...) so that the outer statement looks each
+// one up by primary key: with "id IN (subquery)" a generic plan, which
+// cannot see the limit, hash-joins against a scan of the whole table.
+const (
+	purgeEventsSQL = "DELETE FROM webhook_events WHERE id = ANY(ARRAY(SELECT id FROM webhook_events WHERE " +
+		purgeEventsWhere + " ORDER BY received_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))"
+	purgeInboundSQL = "UPDATE inbound SET text = '', reply_title = '' WHERE id = ANY(ARRAY(SELECT id FROM inbound WHERE " +
+		purgeInboundWhere + " ORDER BY stored_at, id LIMIT $2 FOR UPDATE SKIP LOCKED))"
+)
+
+// WebhookPurge deletes old events read without an error and blanks the
+// texts of old inbound messages, in batches (p.Tenant and p.Purpose do not
+// apply: webhooks have neither).
+func (s *Store) WebhookPurge(ctx context.Context, p *store.PurgeParams) (*store.WebhookPurged, error) {
+	before := p.Before.UTC()
+	res := &store.WebhookPurged{}
+	if p.DryRun {
+		// One statement: both counts of one snapshot.
+		err := s.pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM webhook_events WHERE "+purgeEventsWhere+"), "+
+			"(SELECT count(*) FROM inbound WHERE "+purgeInboundWhere+")", before).Scan(&res.Events, &res.Inbound)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: webhook purge: %w", err)
+		}
+		return res, nil
+	}
+	for _, b := range []struct {
+		q, what string
+		n       *int
+	}{
+		{purgeEventsSQL, "events", &res.Events},
+		{purgeInboundSQL, "inbound", &res.Inbound},
+	} {
+		for {
+			tag, err := s.pool.Exec(ctx, b.q, before, purgeBatch)
+			if err != nil {
+				// What earlier batches did is committed: say so.
+				return res, fmt.Errorf("postgres: webhook purge %s: %w", b.what, err)
+			}
+			n := int(tag.RowsAffected())
+			*b.n += n
+			if n < purgeBatch {
+				break
+			}
+		}
+	}
+	return res, nil
 }
 
 // prepareStatus and prepareInbound complete parsed items with what the

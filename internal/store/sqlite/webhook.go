@@ -806,12 +806,82 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		{"SELECT count(*) FROM inbound INDEXED BY inbound_unattributed WHERE message_id IS NULL", nil, &st.UnattributedInbound},
 		{countParkedSQL, nil, &st.ParkedEvidence},
 		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_pending WHERE processed_at IS NULL", nil, &st.UnprocessedWebhooks},
+		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_unreadable WHERE error <> ''", nil, &st.UnreadableWebhooks},
 	} {
 		if err := q.QueryRowContext(ctx, f.q, f.args...).Scan(f.dest); err != nil {
 			return fmt.Errorf("sqlite: webhook stats: %w", err)
 		}
 	}
 	return nil
+}
+
+// Retention's predicates, each the literal WHERE of its partial index
+// (webhook_events_done, inbound_text) and a bound: SQLite uses a partial
+// index only when the statement repeats its predicate, and the statements
+// name the index (INDEXED BY), so a plan that would walk the table is an
+// error rather than a slow purge.
+const (
+	purgeEventsWhere  = "processed_at IS NOT NULL AND error = '' AND received_at < ?"
+	purgeInboundWhere = "(text <> '' OR reply_title <> '') AND stored_at < ?"
+)
+
+// Each batch is one statement, so one short write transaction of at most
+// purgeBatch rows: drains and webhook ingests wait for a batch, never for
+// the whole purge.
+var (
+	purgeEventsSQL = "DELETE FROM webhook_events WHERE id IN (SELECT id FROM webhook_events INDEXED BY webhook_events_done WHERE " +
+		purgeEventsWhere + " ORDER BY received_at, id LIMIT ?)"
+	purgeInboundSQL = "UPDATE inbound SET text = '', reply_title = '' WHERE id IN (SELECT id FROM inbound INDEXED BY inbound_text WHERE " +
+		purgeInboundWhere + " ORDER BY stored_at, id LIMIT ?)"
+)
+
+// WebhookPurge deletes old events read without an error and blanks the
+// texts of old inbound messages, in batches (p.Tenant and p.Purpose do not
+// apply: webhooks have neither).
+func (s *Store) WebhookPurge(ctx context.Context, p *store.PurgeParams) (*store.WebhookPurged, error) {
+	before := micros(p.Before)
+	res := &store.WebhookPurged{}
+	if p.DryRun {
+		// One read transaction: both counts of one moment.
+		tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: webhook purge: %w", err)
+		}
+		defer tx.Rollback()
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM webhook_events INDEXED BY webhook_events_done WHERE "+purgeEventsWhere,
+			before).Scan(&res.Events); err != nil {
+			return nil, fmt.Errorf("sqlite: webhook purge: %w", err)
+		}
+		if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM inbound INDEXED BY inbound_text WHERE "+purgeInboundWhere,
+			before).Scan(&res.Inbound); err != nil {
+			return nil, fmt.Errorf("sqlite: webhook purge: %w", err)
+		}
+		return res, nil
+	}
+	for _, b := range []struct {
+		q, what string
+		n       *int
+	}{
+		{purgeEventsSQL, "events", &res.Events},
+		{purgeInboundSQL, "inbound", &res.Inbound},
+	} {
+		for {
+			r, err := s.w.ExecContext(ctx, b.q, before, purgeBatch)
+			if err != nil {
+				// What earlier batches did is committed: say so.
+				return res, fmt.Errorf("sqlite: webhook purge %s: %w", b.what, err)
+			}
+			n, err := r.RowsAffected()
+			if err != nil {
+				return res, fmt.Errorf("sqlite: webhook purge %s: %w", b.what, err)
+			}
+			*b.n += int(n)
+			if n < purgeBatch {
+				break
+			}
+		}
+	}
+	return res, nil
 }
 
 // prepareStatus and prepareInbound complete parsed items with what the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -163,8 +164,8 @@ func testWebhook(t *testing.T, h Harness) {
 		if bad.ProcessedAt == nil || !bad.ProcessedAt.Equal(now) || bad.Error != "not JSON" {
 			t.Errorf("event processing could not read: %+v", bad)
 		}
-		if st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx)); st.UnprocessedWebhooks != 1 {
-			t.Errorf("stats %+v, want 1 unprocessed", st)
+		if st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx)); st.UnprocessedWebhooks != 1 || st.UnreadableWebhooks != 1 {
+			t.Errorf("stats %+v, want 1 unprocessed and 1 unreadable", st)
 		}
 	})
 
@@ -236,7 +237,7 @@ func testWebhook(t *testing.T, h Harness) {
 		if ev.ProcessedAt == nil || ev.Error != "unsupported payload" {
 			t.Errorf("event with an error: %+v", ev)
 		}
-		want := store.WebhookStats{DuplicateWebhooks: 4, UnattributedInbound: 1, ParkedEvidence: 2}
+		want := store.WebhookStats{DuplicateWebhooks: 4, UnattributedInbound: 1, ParkedEvidence: 2, UnreadableWebhooks: 1}
 		if st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx)); *st != want {
 			t.Errorf("webhook stats %+v, want %+v", st, want)
 		}
@@ -283,6 +284,155 @@ func testWebhook(t *testing.T, h Harness) {
 		wg.Wait()
 		if total != (store.IngestResult{Events: 1, Statuses: 20}) {
 			t.Errorf("eight ingests of one event: %+v, want it written once", total)
+		}
+	})
+
+	t.Run("retention deletes old read events and blanks old inbound texts, keeping what dedupe and attribution need", func(t *testing.T) {
+		t.Parallel()
+		w := newWH(t, h)
+		m := w.sent("order-1", "wamid.out1")
+		// Old: a read event with a status, a reply and a button reply; one
+		// processing could not read; one not processed yet; an inbound
+		// message with nothing to drop (a picture).
+		replied := inbound("in-reply", "+15551234567", "wamid.out1", 1)
+		button := inbound("in-button", "+15557654321", "", 2)
+		button.Type, button.Text, button.ReplyID, button.ReplyTitle = "button", "", "btn-yes", "Yes"
+		picture := inbound("in-picture", "+15557654321", "", 3)
+		picture.Type, picture.Text = "image", ""
+		read := w.event()
+		unreadable, pending := w.event(), w.event()
+		must[*store.IngestResult](t)(w.s.WebhookIngest(ctx, []store.IngestParams{
+			{EventID: read, Statuses: []store.StatusEvidence{status("wamid.parked", state.Delivered, 1)},
+				Inbound: []store.Inbound{replied, button, picture}},
+			{EventID: unreadable, Err: "not JSON"},
+		}))
+		// Recent: a read event with an inbound message, an hour later.
+		w.clk.Advance(time.Hour)
+		recentIn := inbound("in-recent", "+15551234567", "", 3600)
+		recent := w.ingest(nil, []store.Inbound{recentIn})
+		if recent.Inbound != 1 {
+			t.Fatalf("recent ingest %+v", recent)
+		}
+		box := func() map[string]store.Inbound {
+			out := map[string]store.Inbound{}
+			for _, in := range must[[]store.Inbound](t)(w.s.InboxList(ctx, &store.InboxParams{})) {
+				out[in.ProviderMessageID] = in
+			}
+			return out
+		}
+		beforePurge := box()
+
+		// Tenant and purpose do not apply to webhook data: they filter
+		// nothing here.
+		p := store.PurgeParams{Before: t0.Add(30 * time.Minute), Tenant: "acme", Purpose: "marketing", DryRun: true}
+		if got := must[*store.WebhookPurged](t)(w.s.WebhookPurge(ctx, &p)); *got != (store.WebhookPurged{Events: 1, Inbound: 2}) {
+			t.Errorf("dry run %+v, want the read event and two texts (the picture has none)", got)
+		}
+		if _, err := w.s.WebhookGet(ctx, read); err != nil {
+			t.Errorf("a dry run deleted the event: %v", err)
+		}
+		if got := box(); !reflect.DeepEqual(got, beforePurge) {
+			t.Errorf("a dry run changed the inbox: %+v", got)
+		}
+
+		p.DryRun = false
+		if got := must[*store.WebhookPurged](t)(w.s.WebhookPurge(ctx, &p)); *got != (store.WebhookPurged{Events: 1, Inbound: 2}) {
+			t.Errorf("purge %+v, want the read event and two texts", got)
+		}
+		if _, err := w.s.WebhookGet(ctx, read); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("the old read event: %v, want it deleted", err)
+		}
+		for _, id := range []string{unreadable, pending} {
+			if _, err := w.s.WebhookGet(ctx, id); err != nil {
+				t.Errorf("event %s, unreadable or not processed, must be kept whatever its age: %v", id, err)
+			}
+		}
+		after := box()
+		for _, pmid := range []string{"in-reply", "in-button"} {
+			got, was := after[pmid], beforePurge[pmid]
+			if got.Text != "" || got.ReplyTitle != "" {
+				t.Errorf("%s kept text %q, reply title %q", pmid, got.Text, got.ReplyTitle)
+			}
+			// Everything else stays: ids, sender, the choice, the link.
+			got.Text, got.ReplyTitle, was.Text, was.ReplyTitle = "", "", "", ""
+			if !reflect.DeepEqual(got, was) {
+				t.Errorf("%s: %+v, want %+v but for the text", pmid, got, was)
+			}
+		}
+		if r := after["in-reply"]; r.MessageID == nil || *r.MessageID != m.ID || r.From != "+15551234567" {
+			t.Errorf("the purged reply lost its attribution: %+v", r)
+		}
+		if b := after["in-button"]; b.ReplyID != "btn-yes" {
+			t.Errorf("the purged button reply lost its reply id: %+v", b)
+		}
+		if r := after["in-recent"]; r.Text != "hi in-recent" {
+			t.Errorf("a recent text was purged: %+v", r)
+		}
+		if parked := must[[]store.StatusEvidence](t)(w.s.EvidenceList(ctx, "", 0)); len(parked) != 1 || parked[0].EventID != read {
+			t.Errorf("statuses of a purged event: %+v, want them kept", parked)
+		}
+		st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx))
+		if st.UnreadableWebhooks != 1 || st.UnprocessedWebhooks != 1 {
+			t.Errorf("stats %+v, want the unreadable and the pending event still counted", st)
+		}
+
+		// Purged rows are not counted again.
+		p.DryRun = true
+		if got := must[*store.WebhookPurged](t)(w.s.WebhookPurge(ctx, &p)); *got != (store.WebhookPurged{}) {
+			t.Errorf("dry run after the purge %+v, want nothing", got)
+		}
+		p.DryRun = false
+		if got := must[*store.WebhookPurged](t)(w.s.WebhookPurge(ctx, &p)); *got != (store.WebhookPurged{}) {
+			t.Errorf("second purge %+v, want nothing", got)
+		}
+		// A redelivery of a purged message is still a duplicate, and
+		// writes no text back.
+		if res := w.ingest(nil, []store.Inbound{replied}); res.Inbound != 0 || res.Duplicates != 1 {
+			t.Errorf("redelivery of a purged inbound message: %+v, want a duplicate", res)
+		}
+		if r := box()["in-reply"]; r.Text != "" {
+			t.Errorf("a redelivery wrote the text back: %+v", r)
+		}
+
+		// Everything read so far, with a bound of now.
+		p.Before = w.clk.Now().Add(time.Second)
+		if got := must[*store.WebhookPurged](t)(w.s.WebhookPurge(ctx, &p)); *got != (store.WebhookPurged{Events: 2, Inbound: 1}) {
+			t.Errorf("purge of everything %+v, want the recent and the redelivered events and the recent text", got)
+		}
+		if _, err := w.s.WebhookGet(ctx, unreadable); err != nil {
+			t.Errorf("the unreadable event: %v, want it kept", err)
+		}
+	})
+
+	t.Run("a purge of more than one batch takes every row", func(t *testing.T) {
+		t.Parallel()
+		w := newWH(t, h)
+		const n = 2345 // more than two batches of a thousand
+		evs := make([]store.WebhookEvent, n)
+		for i := range evs {
+			evs[i] = store.WebhookEvent{Provider: store.WebhookWhatsApp, Identity: "sim", Body: []byte(`{}`)}
+		}
+		if err := w.s.WebhookStore(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+		ps := make([]store.IngestParams, n)
+		for i := range ps {
+			ps[i] = store.IngestParams{EventID: evs[i].ID, Inbound: []store.Inbound{inbound(fmt.Sprintf("in-%d", i), "+15551234567", "", i)}}
+		}
+		if res := must[*store.IngestResult](t)(w.s.WebhookIngest(ctx, ps)); res.Events != n || res.Inbound != n {
+			t.Fatalf("ingest %+v", res)
+		}
+		p := store.PurgeParams{Before: w.clk.Now().Add(time.Second)}
+		if got := must[*store.WebhookPurged](t)(w.s.WebhookPurge(ctx, &p)); *got != (store.WebhookPurged{Events: n, Inbound: n}) {
+			t.Errorf("purge %+v, want %d of each", got, n)
+		}
+		for _, in := range must[[]store.Inbound](t)(w.s.InboxList(ctx, &store.InboxParams{Limit: n})) {
+			if in.Text != "" {
+				t.Fatalf("text left after the purge: %+v", in)
+			}
+		}
+		if got := must[*store.WebhookPurged](t)(w.s.WebhookPurge(ctx, &p)); *got != (store.WebhookPurged{}) {
+			t.Errorf("again %+v, want nothing", got)
 		}
 	})
 
