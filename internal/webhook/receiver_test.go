@@ -162,58 +162,58 @@ func TestReceiverAnswers(t *testing.T) {
 		name string
 		path string
 		body []byte
-		hdr  func(r *rig) map[string]string
+		hdr  func(body []byte) map[string]string
 		want int
 	}{
 		{"whatsapp signed", webhook.PathWhatsApp, body,
-			func(*rig) map[string]string {
+			func([]byte) map[string]string {
 				return map[string]string{"X-Hub-Signature-256": verify.SignWhatsApp(body, []byte(appSecret))}
 			}, 200},
-		{"whatsapp unsigned", webhook.PathWhatsApp, body, func(*rig) map[string]string { return nil }, 401},
+		{"whatsapp unsigned", webhook.PathWhatsApp, body, func([]byte) map[string]string { return nil }, 401},
 		{"whatsapp wrong secret", webhook.PathWhatsApp, body,
-			func(*rig) map[string]string {
+			func([]byte) map[string]string {
 				return map[string]string{"X-Hub-Signature-256": verify.SignWhatsApp(body, []byte("another app"))}
 			}, 401},
 		{"whatsapp body changed after signing", webhook.PathWhatsApp, append(bytes.Clone(body[:len(body)-1]), ' ', '}'),
-			func(*rig) map[string]string {
+			func([]byte) map[string]string {
 				return map[string]string{"X-Hub-Signature-256": verify.SignWhatsApp(body, []byte(appSecret))}
 			}, 401},
 		{"whatsapp signed but not a webhook", webhook.PathWhatsApp, []byte(`{"hello":"world"}`),
-			func(*rig) map[string]string {
+			func([]byte) map[string]string {
 				return map[string]string{"X-Hub-Signature-256": verify.SignWhatsApp([]byte(`{"hello":"world"}`), []byte(appSecret))}
 			}, 400},
 		{"whatsapp signed but not JSON", webhook.PathWhatsApp, []byte(`{"object":"whatsapp_business_account",`),
-			func(*rig) map[string]string {
+			func([]byte) map[string]string {
 				return map[string]string{"X-Hub-Signature-256": verify.SignWhatsApp([]byte(`{"object":"whatsapp_business_account",`), []byte(appSecret))}
 			}, 400},
 		{"http signed", webhook.PathHTTP, httpStatus("msg_1", "delivered", time.Now()),
-			func(r *rig) map[string]string {
-				return signHTTP("evt_1", time.Now(), httpStatus("msg_1", "delivered", time.Now()), secretOld)
+			func(body []byte) map[string]string {
+				return signHTTP("evt_1", time.Now(), body, secretOld)
 			}, 200},
 		{"http signed with the new secret only (rotation)", webhook.PathHTTP, httpStatus("msg_1", "delivered", time.Now()),
-			func(r *rig) map[string]string {
-				return signHTTP("evt_2", time.Now(), httpStatus("msg_1", "delivered", time.Now()), secretNew)
+			func(body []byte) map[string]string {
+				return signHTTP("evt_2", time.Now(), body, secretNew)
 			}, 200},
 		{"http stale timestamp", webhook.PathHTTP, httpStatus("msg_1", "delivered", time.Now()),
-			func(r *rig) map[string]string {
-				return signHTTP("evt_3", time.Now().Add(-10*time.Minute), httpStatus("msg_1", "delivered", time.Now()), secretOld)
+			func(body []byte) map[string]string {
+				return signHTTP("evt_3", time.Now().Add(-10*time.Minute), body, secretOld)
 			}, 401},
 		{"http timestamp from the future", webhook.PathHTTP, httpStatus("msg_1", "delivered", time.Now()),
-			func(r *rig) map[string]string {
-				return signHTTP("evt_4", time.Now().Add(10*time.Minute), httpStatus("msg_1", "delivered", time.Now()), secretOld)
+			func(body []byte) map[string]string {
+				return signHTTP("evt_4", time.Now().Add(10*time.Minute), body, secretOld)
 			}, 401},
 		{"http unknown secret", webhook.PathHTTP, httpStatus("msg_1", "delivered", time.Now()),
-			func(r *rig) map[string]string {
-				return signHTTP("evt_5", time.Now(), httpStatus("msg_1", "delivered", time.Now()), mustSecret("whsec_b3RoZXIta2V5"))
+			func(body []byte) map[string]string {
+				return signHTTP("evt_5", time.Now(), body, mustSecret("whsec_b3RoZXIta2V5"))
 			}, 401},
-		{"http unsigned", webhook.PathHTTP, httpStatus("msg_1", "delivered", time.Now()), func(*rig) map[string]string { return nil }, 401},
+		{"http unsigned", webhook.PathHTTP, httpStatus("msg_1", "delivered", time.Now()), func([]byte) map[string]string { return nil }, 401},
 		{"http signed but malformed", webhook.PathHTTP, []byte(`[1,2,3]`),
-			func(r *rig) map[string]string { return signHTTP("evt_6", time.Now(), []byte(`[1,2,3]`), secretOld) }, 400},
+			func(body []byte) map[string]string { return signHTTP("evt_6", time.Now(), body, secretOld) }, 400},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, 0)
-			code, msg := r.post(t, c.path, c.body, c.hdr(r))
+			code, msg := r.post(t, c.path, c.body, c.hdr(c.body))
 			if code != c.want {
 				t.Fatalf("answered %d (%s), want %d", code, strings.TrimSpace(msg), c.want)
 			}
