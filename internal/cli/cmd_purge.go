@@ -174,13 +174,16 @@ func runPurge(ctx context.Context, a *app, p *store.PurgeParams, webhooks bool) 
 		// customer data the store keeps.
 		w, err := st.WebhookPurge(ctx, p)
 		if err != nil {
+			// The messages' purge is committed (and so are the webhook
+			// batches before the error): say what was done.
+			fmt.Fprintln(a.ios.Err, line)
 			return err
 		}
 		res.WebhookEvents, res.InboundTexts = &w.Events, &w.Inbound
 		line += fmt.Sprintf("\n%s %s and %s (webhook data received before %s)", verb,
 			plural(w.Events, "webhook event"), plural(w.Inbound, "inbound text"), stamp(p.Before))
 	} else {
-		line += "\nwebhook data kept: it has no tenant or purpose (purge it without --tenant and --purpose)"
+		line += "\nwebhook data kept: it has no tenant or purpose, and this purge is scoped to some (--tenant, --purpose, MSGQ_TENANT or the config's tenant)"
 	}
 	return printJSONOrLine(a, res, line)
 }

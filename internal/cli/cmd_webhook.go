@@ -305,12 +305,16 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 				// doubt which that was.
 				var https []string
 				for n, id := range a.cfg.Identities {
-					if id.Config.Provider == providerHTTP {
+					if id.Config.WebhookSecretEnv != "" {
 						https = append(https, n)
 					}
 				}
-				if len(https) != 1 {
-					return usagef("--identity is required for --provider http when %d identities use the http provider", len(https))
+				switch len(https) {
+				case 0:
+					return usagef("--provider http needs --identity: no identity has webhook_secret_env")
+				case 1:
+				default:
+					return usagef("--provider http needs --identity: %d identities have webhook_secret_env", len(https))
 				}
 				o.identity = https[0]
 			}
@@ -346,7 +350,7 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.provider, "provider", store.WebhookWhatsApp, "whose format the body is in: whatsapp or http")
-	f.StringVar(&o.identity, "identity", "", "the identity the delivery came for (default: whatsapp: the one with the body's phone_number_id; http: the only http identity)")
+	f.StringVar(&o.identity, "identity", "", "the identity the delivery came for (default: whatsapp: the one with the body's phone_number_id; http: the only identity with webhook_secret_env)")
 	f.StringVar(&o.webhookID, "webhook-id", "", "the delivery's webhook-id header (http): serve knows duplicates by it, so give it to replay a delivery serve may have had")
 	return cmd
 }

@@ -24,6 +24,10 @@ type Processor struct {
 	PhoneNumberIDs map[string]string
 	// Batch is how many deliveries one ingest takes (0: 256).
 	Batch int
+	// RetryDelays are the waits before a delivery the store refused is
+	// tried again alone (nil: 100ms, 500ms, 2s); after the last, it is
+	// marked unreadable.
+	RetryDelays []time.Duration
 	// MinGap is the least time between the starts of two rounds that a
 	// wake-up triggers (0: 100ms).
 	MinGap time.Duration
@@ -101,7 +105,8 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 				sum.Unreadable++
 			}
 		}
-		res, err := p.ingest(ctx, ps)
+		res, marked, err := p.ingest(ctx, ps)
+		sum.Unreadable += marked
 		if err != nil {
 			return sum, err
 		}
@@ -139,33 +144,30 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 }
 
 // ingest writes a batch of read deliveries. When the store refuses the
-// batch, each delivery is tried alone, and one the store refuses alone is
-// marked with the store's error: one poison delivery must not stop every
-// other from being processed, round after round. A store that is down
-// refuses even the marking, and the error ends the round.
-func (p *Processor) ingest(ctx context.Context, ps []store.IngestParams) (*store.IngestResult, error) {
-	res, err := p.Store.WebhookIngest(ctx, ps)
-	if err == nil || len(ps) == 1 && ps[0].Err != "" {
-		return res, err
-	}
-	if ctx.Err() != nil {
-		return nil, err
+// batch, each delivery is tried alone, a few times over a few seconds so
+// that a passing error (a deadlock victim, a busy database, a connection
+// being replaced) is not mistaken for the delivery's fault. One the store
+// still refuses alone, while it answers reads, is marked with the store's
+// error (marked counts them): one poison delivery must not stop every
+// other, round after round. Its raw body is kept, and msgq webhook retry
+// puts it back once the cause is fixed. A store that does not answer ends
+// the round; nothing is marked.
+func (p *Processor) ingest(ctx context.Context, ps []store.IngestParams) (res *store.IngestResult, marked int, err error) {
+	if res, err = p.Store.WebhookIngest(ctx, ps); err == nil || ctx.Err() != nil {
+		return res, 0, err
 	}
 	total := &store.IngestResult{}
 	for _, one := range ps {
-		r, err := p.Store.WebhookIngest(ctx, []store.IngestParams{one})
+		r, err := p.ingestAlone(ctx, one)
 		if err != nil {
-			// Only a store that answers a read can be blaming this
-			// delivery: a store that is down (or a blip) ends the round,
-			// and the delivery is tried again in the next one.
-			if _, perr := p.Store.WebhookPending(ctx, 1); perr != nil || ctx.Err() != nil {
-				return total, err
+			if _, perr := p.Store.WebhookPending(ctx, 1); perr != nil || ctx.Err() != nil || one.Err != "" {
+				return total, marked, err
 			}
-			p.log().Error("webhook: the store refused a delivery; marking it unreadable", "event", one.EventID, "err", err)
-			r, err = p.Store.WebhookIngest(ctx, []store.IngestParams{{EventID: one.EventID, Err: "store refused it: " + err.Error()}})
-			if err != nil {
-				return total, err
+			p.log().Error("webhook: the store refuses a delivery; marking it unreadable", "event", one.EventID, "err", err)
+			if r, err = p.Store.WebhookIngest(ctx, []store.IngestParams{{EventID: one.EventID, Err: "store refused it: " + err.Error()}}); err != nil {
+				return total, marked, err
 			}
+			marked++
 		}
 		total.Events += r.Events
 		total.Statuses += r.Statuses
@@ -173,7 +175,27 @@ func (p *Processor) ingest(ctx context.Context, ps []store.IngestParams) (*store
 		total.Duplicates += r.Duplicates
 		total.Released += r.Released
 	}
-	return total, nil
+	return total, marked, nil
+}
+
+// ingestAlone writes one delivery, trying again after each of the retry
+// delays.
+func (p *Processor) ingestAlone(ctx context.Context, one store.IngestParams) (*store.IngestResult, error) {
+	delays := p.RetryDelays
+	if delays == nil {
+		delays = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}
+	}
+	for i := 0; ; i++ {
+		r, err := p.Store.WebhookIngest(ctx, []store.IngestParams{one})
+		if err == nil || i == len(delays) {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(delays[i]):
+		}
+	}
 }
 
 // read parses one stored delivery into what the store ingests. A body that

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -19,11 +20,14 @@ import (
 type refusing struct {
 	store.Store
 	poison string
+	// times is how many ingests of the poison fail (0: all of them).
+	times, failed int
 }
 
 func (r *refusing) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*store.IngestResult, error) {
 	for _, p := range ps {
-		if p.EventID == r.poison && p.Err == "" {
+		if p.EventID == r.poison && p.Err == "" && (r.times == 0 || r.failed < r.times) {
+			r.failed++
 			return nil, errors.New("index row requires 12056 bytes, maximum size is 8191")
 		}
 	}
@@ -50,13 +54,13 @@ func TestOnePoisonDeliveryDoesNotStopTheRest(t *testing.T) {
 	if err != nil || len(evs) != 3 {
 		t.Fatalf("pending: %v (%d)", err, len(evs))
 	}
-	p := &webhook.Processor{Store: &refusing{Store: st, poison: evs[1].ID}}
+	p := &webhook.Processor{Store: &refusing{Store: st, poison: evs[1].ID}, RetryDelays: []time.Duration{time.Millisecond, time.Millisecond}}
 	sum, err := p.Once(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum.Applied != 2 {
-		t.Fatalf("applied %d statuses, want the 2 good ones", sum.Applied)
+	if sum.Applied != 2 || sum.Unreadable != 1 {
+		t.Fatalf("applied %d statuses with %d unreadable, want the 2 good ones and the poison counted", sum.Applied, sum.Unreadable)
 	}
 	for i, id := range ids {
 		m, err := st.MessageGet(ctx, store.DefaultTenant, id)
@@ -110,5 +114,34 @@ func TestAStoreThatIsDownMarksNothing(t *testing.T) {
 	defer st2.Close()
 	if pending, _ := st2.WebhookPending(ctx, 10); len(pending) != 1 {
 		t.Fatalf("%d deliveries pending after the store came back, want 1", len(pending))
+	}
+}
+
+// A delivery the store refuses a couple of times and then takes (a
+// deadlock victim, a busy database) is applied, never marked unreadable.
+func TestAPassingStoreErrorMarksNothing(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "msgq.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	id := sentRow(t, st, "k1", "wamid.BLIP")
+	if err := st.WebhookStore(ctx, []store.WebhookEvent{{Provider: store.WebhookWhatsApp, Identity: "shop",
+		Body: waStatus("wamid.BLIP", "delivered", 1764410400)}}); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := st.WebhookPending(ctx, 1)
+	p := &webhook.Processor{Store: &refusing{Store: st, poison: evs[0].ID, times: 2}, RetryDelays: []time.Duration{time.Millisecond, time.Millisecond}}
+	sum, err := p.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.MessageGet(ctx, store.DefaultTenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Unreadable != 0 || m.State != state.Delivered {
+		t.Fatalf("after two passing errors: %s with %d unreadable, want delivered and none", m.State, sum.Unreadable)
 	}
 }

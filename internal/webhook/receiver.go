@@ -182,12 +182,29 @@ func (r *Receiver) store(req *http.Request, ev store.WebhookEvent) error {
 	case r.in <- d:
 	case <-req.Context().Done():
 		return req.Context().Err()
+	case <-r.done:
+		return errClosed
 	}
 	// Once handed over, wait for the write even if the provider hangs up:
 	// the answer is what the provider acts on, but the write happens
-	// either way.
-	return <-d.res
+	// either way. A committer that has stopped may have written it last
+	// thing, or not at all.
+	select {
+	case err := <-d.res:
+		return err
+	case <-r.done:
+		select {
+		case err := <-d.res:
+			return err
+		default:
+			return errClosed
+		}
+	}
 }
+
+// errClosed answers a delivery that came in after the receiver closed: the
+// provider gets a 500 and retries.
+var errClosed = errors.New("webhook: receiver closed")
 
 // readBody reads at most MaxBody bytes; it answers 413 itself when the
 // body is larger.
