@@ -143,14 +143,23 @@ func cmdSQL(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // cmdJSONVar is `jsonvar VAR FIELD`: set VAR to the top-level string
-// FIELD of the JSON object the last command printed (e.g. a row's id or
-// provider_id from show -o json), for files that expand uses.
+// FIELD of the JSON object the last command printed (or of the first
+// object of an array), e.g. a row's id or provider_id from show -o json,
+// for files that expand uses.
 func cmdJSONVar(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) != 2 {
 		ts.Fatalf("usage: jsonvar VAR FIELD")
 	}
 	var obj map[string]any
-	ts.Check(json.Unmarshal([]byte(ts.ReadFile("stdout")), &obj))
+	if err := json.Unmarshal([]byte(ts.ReadFile("stdout")), &obj); err != nil {
+		// An array: its first object.
+		var arr []map[string]any
+		ts.Check(json.Unmarshal([]byte(ts.ReadFile("stdout")), &arr))
+		if len(arr) == 0 {
+			ts.Fatalf("jsonvar: stdout is an empty array")
+		}
+		obj = arr[0]
+	}
 	v, ok := obj[args[1]].(string)
 	if !ok {
 		ts.Fatalf("jsonvar: stdout has no string field %q", args[1])

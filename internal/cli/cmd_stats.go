@@ -64,8 +64,8 @@ func newStatsCmd(a *app) *cobra.Command {
   - webhooks: statuses and inbound messages that arrived again (since the
     store was created), inbound messages linked to no sent message, statuses
     waiting for their message, deliveries not processed yet, and unreadable
-    deliveries (processed with an error: nothing was read from them, their
-    bodies wait for a person, and purge keeps them).
+    deliveries (processing could not read them, in whole or in part; their
+    bodies wait for a person: msgq webhook unreadable; purge keeps them).
 
 -o json prints one object (durations in nanoseconds, times in RFC 3339).
 -o prometheus prints the Prometheus text exposition format, for
@@ -261,7 +261,7 @@ func printPrometheus(w io.Writer, s *store.Stats) error {
 		Set(float64(s.ParkedEvidence))
 	gauge("msgq_unprocessed_webhooks", "Stored webhook deliveries not processed yet (is webhook serve's worker or webhook process running?).").
 		Set(float64(s.UnprocessedWebhooks))
-	gauge("msgq_unreadable_webhooks", "Stored webhook deliveries processed with an error: nothing was read from them (msgq webhook replay once fixed); purge keeps them.").
+	gauge("msgq_unreadable_webhooks", "Stored webhook deliveries processing could not read, in whole or in part (msgq webhook unreadable; msgq webhook retry once fixed); purge keeps them.").
 		Set(float64(s.UnreadableWebhooks))
 	gauge("msgq_oldest_eligible_queued_age_seconds",
 		"How long the oldest eligible queued message (due, within its deadline, identity not paused) has been due; 0 when none is.").

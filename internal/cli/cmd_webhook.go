@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,10 +35,11 @@ and inbound messages are linked to the message they answer and open the
 customer-service window.
 
 ` + exitStatusHelp,
-		Args: exactArgs(0, "a subcommand (serve, process, replay or parked)"),
+		Args: exactArgs(0, "a subcommand (serve, process, replay, parked, unreadable, show or retry)"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newWebhookServeCmd(a), newWebhookProcessCmd(a), newWebhookReplayCmd(a), newWebhookParkedCmd(a))
+	cmd.AddCommand(newWebhookServeCmd(a), newWebhookProcessCmd(a), newWebhookReplayCmd(a), newWebhookParkedCmd(a),
+		newWebhookUnreadableCmd(a), newWebhookShowCmd(a), newWebhookRetryCmd(a))
 	return cmd
 }
 
@@ -448,4 +450,120 @@ an array of statuses.
 	}
 	cmd.Flags().IntVar(&limit, "limit", store.DefaultListLimit, "at most this many statuses")
 	return cmd
+}
+
+func newWebhookUnreadableCmd(a *app) *cobra.Command {
+	limit := 0
+	cmd := &cobra.Command{
+		Use:   "unreadable",
+		Short: "Stored deliveries processing could not read (in whole or in part), oldest first",
+		Long: `List the deliveries that were stored (answered 200) but that processing could
+not read, or read only in part (items skipped): a parser that does not know a
+new shape, or a database limit. Their raw bodies are kept, and purge keeps them.
+Look at one with msgq webhook show ID; once msgq reads it (a newer msgq), put it
+back with msgq webhook retry ID. -o json prints an array of deliveries.
+
+` + exitStatusHelp,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit <= 0 {
+				return usagef("--limit must be positive")
+			}
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			evs, err := st.WebhookUnreadable(cmd.Context(), limit)
+			if err != nil {
+				return err
+			}
+			if a.cfg.Output == outJSON {
+				if evs == nil {
+					evs = []store.WebhookEvent{}
+				}
+				return printJSON(a.ios.Out, evs)
+			}
+			rows := make([][]string, 0, len(evs))
+			for _, e := range evs {
+				rows = append(rows, []string{e.ID, stamp(e.ReceivedAt), e.Provider, orDash(e.Identity),
+					strconv.Itoa(len(e.Body)), oneLine(e.Error)})
+			}
+			return printTable(a.ios.Out, []string{"ID", "RECEIVED", "PROVIDER", "IDENTITY", "BYTES", "ERROR"}, rows)
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", store.DefaultListLimit, "at most this many deliveries")
+	return cmd
+}
+
+func newWebhookShowCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "One stored delivery: its headers, times, error, and raw body",
+		Long: `Show one stored webhook delivery. The table form prints the headers msgq kept,
+the times and any processing error, then the raw body exactly as received (so
+that it can be saved and replayed). -o json prints the delivery as an object
+(body base64-encoded).
+
+` + exitStatusHelp,
+		Args: exactArgs(1, "one delivery ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ev, err := st.WebhookGet(cmd.Context(), args[0])
+			if err != nil {
+				if errors.Is(err, store.ErrNotFound) {
+					return usagef("no webhook delivery %s", args[0])
+				}
+				return err
+			}
+			if a.cfg.Output == outJSON {
+				return printJSON(a.ios.Out, ev)
+			}
+			names := make([]string, 0, len(ev.Headers))
+			for k := range ev.Headers {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			fields := [][]string{{"id:", ev.ID}, {"provider:", ev.Provider}, {"identity:", orDash(ev.Identity)},
+				{"received:", stamp(ev.ReceivedAt)}, {"processed:", stampPtr(ev.ProcessedAt)}, {"error:", orDash(oneLine(ev.Error))}}
+			for _, k := range names {
+				fields = append(fields, []string{k + ":", ev.Headers[k]})
+			}
+			if err := printTable(a.ios.Out, nil, fields); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.ios.Out, "\nBODY")
+			_, err = a.ios.Out.Write(append(ev.Body, '\n'))
+			return err
+		},
+	}
+}
+
+func newWebhookRetryCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "retry ID",
+		Short: "Process an unreadable delivery again (after upgrading msgq, say)",
+		Long: `Put a delivery that processing could not read (see msgq webhook unreadable)
+back in the queue and process it now. What it already gave is not applied
+twice: its statuses and inbound messages are deduplicated as usual. A delivery
+that was read cleanly, or is still waiting, is refused (exit 2).
+
+` + exitStatusHelp,
+		Args: exactArgs(1, "one delivery ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if err := st.WebhookRetry(cmd.Context(), args[0]); err != nil {
+				if errors.Is(err, store.ErrNotFound) {
+					return usagef("no webhook delivery %s", args[0])
+				}
+				return err
+			}
+			return processStored(cmd.Context(), a, st)
+		},
+	}
 }

@@ -56,7 +56,9 @@ type WebhookEvent struct {
 	ReceivedAt time.Time         `json:"received_at"` // set by WebhookStore when zero
 	// ProcessedAt is when WebhookIngest took the event (nil: not yet).
 	ProcessedAt *time.Time `json:"processed_at"`
-	// Error is why processing could not read the event ("" when it could).
+	// Error is why processing could not read the event, or the items it
+	// had to skip in it ("" when it read everything): an event processed
+	// with an error is "unreadable" (WebhookUnreadable, WebhookRetry).
 	Error string `json:"error"`
 }
 
@@ -121,14 +123,23 @@ type Inbound struct {
 	StoredAt   time.Time `json:"stored_at"`   // set by WebhookIngest
 }
 
-// IngestParams is what processing read from one stored event. Err, when
-// set, says the event could not be read: it is marked processed with that
-// error and nothing else is written.
+// IngestParams is what processing read from one stored event.
+//
+// Err, when set, says the event could not be read: it is marked processed
+// with that error and nothing else is written (Statuses, Inbound and
+// Skipped are ignored).
+//
+// Skipped, when set (and Err is not), says processing read the event but
+// had to skip some of its items (the parser's Batch.Invalid, joined): the
+// good Statuses and Inbound are written as usual, and the event is marked
+// processed with Skipped as its error. So it counts as unreadable, and
+// retention keeps its raw body, the only record of the skipped items.
 type IngestParams struct {
 	EventID  string
 	Statuses []StatusEvidence
 	Inbound  []Inbound
 	Err      string
+	Skipped  string
 }
 
 // IngestResult counts what WebhookIngest wrote.
@@ -137,7 +148,11 @@ type IngestResult struct {
 	Statuses   int // new statuses (pending until applied)
 	Inbound    int // new inbound messages
 	Duplicates int // statuses and inbound messages seen before
-	Released   int // held rows (WindowHeld) made due by new inbound messages
+	// Reread counts statuses and inbound messages an earlier processing
+	// of the same event already wrote (an event put back by WebhookRetry):
+	// neither new nor duplicates, as the provider did not send them again.
+	Reread   int
+	Released int // held rows (WindowHeld) made due by new inbound messages
 }
 
 // ApplyParams bounds EvidenceApply.
@@ -189,9 +204,10 @@ type WebhookStats struct {
 	ParkedEvidence int `json:"parked_evidence"`
 	// UnprocessedWebhooks counts stored events not yet processed.
 	UnprocessedWebhooks int `json:"unprocessed_webhooks"`
-	// UnreadableWebhooks counts events processed with an error: deliveries
-	// nothing was read from, whose bodies wait for a person (or a fixed
-	// parser and a replay). WebhookPurge never drops them.
+	// UnreadableWebhooks counts unreadable events: those processed with
+	// an error (nothing was read from them) or with skipped items (some
+	// were not), whose bodies wait for a person (or a fixed parser and a
+	// WebhookRetry). WebhookPurge never drops them.
 	UnreadableWebhooks int `json:"unreadable_webhooks"`
 }
 
@@ -216,15 +232,35 @@ type Evidence interface {
 	// WebhookGet returns one stored event. Errors: ErrNotFound.
 	WebhookGet(ctx context.Context, id string) (*WebhookEvent, error)
 
+	// WebhookUnreadable returns up to limit (0: DefaultListLimit)
+	// unreadable events, i.e. processed with an error or with skipped
+	// items (Error set), oldest received first, bodies included.
+	WebhookUnreadable(ctx context.Context, limit int) ([]WebhookEvent, error)
+
+	// WebhookRetry puts an unreadable event back to pending (no
+	// ProcessedAt, no Error), so that the next processing run reads it
+	// again (once the parser is fixed, say). Ingest is idempotent: what
+	// the earlier processing of the event already wrote is written
+	// nothing twice, and counted as Reread, not as a duplicate (an item
+	// that was already a duplicate of another event's is counted again).
+	// Errors: ErrNotFound for an unknown id (or one purged); an
+	// *InvalidError for an event with nothing to retry (pending, or
+	// processed without an error).
+	WebhookRetry(ctx context.Context, id string) error
+
 	// WebhookIngest writes what processing read from stored events, in one
 	// durable transaction: new statuses (pending), new inbound messages
 	// (linked to the row whose provider_id is their ContextID, when
 	// there is one), each inbound message's window (ServiceWindow moves
 	// to the latest ReceivedAt), the duplicate counter, and every event
-	// marked processed. An event already processed is skipped, so
-	// running it twice writes nothing twice. A status whose DedupeKey or
-	// an inbound message whose ProviderMessageID the store already has is
-	// a duplicate: counted, not written.
+	// marked processed (with Err, or else Skipped, as its error). An
+	// event already processed is skipped, so running it twice writes
+	// nothing twice. A status whose DedupeKey or an inbound message whose
+	// ProviderMessageID the store already has is not written: a
+	// duplicate, counted (Duplicates and the store's counter), unless the
+	// store had it from this very event before this call (an event put
+	// back by WebhookRetry, or a second ingest of an id the store has no
+	// event of), which is Reread and not counted as a duplicate.
 	//
 	// Each new inbound message with a From and an Identity also releases
 	// the rows the drain held for that window: queued rows of that
@@ -267,9 +303,9 @@ type Evidence interface {
 	// (raw bodies, what customers wrote):
 	//
 	//   - it deletes the raw events processed without an error and
-	//     received before p.Before. An event with an error, or not yet
-	//     processed, is kept whatever its age: a person or a later run
-	//     still needs its body;
+	//     received before p.Before. An unreadable event (processed with an
+	//     error or with skipped items), or one not yet processed, is kept
+	//     whatever its age: a person or a later run still needs its body;
 	//   - it blanks text and reply_title of inbound messages stored before
 	//     p.Before, keeping the row with its ids, from, reply_id and
 	//     message_id: deduplication (a redelivery is still a duplicate)

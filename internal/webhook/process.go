@@ -2,7 +2,9 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/msgq/msgq/internal/phone"
@@ -101,7 +103,7 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 		ps := make([]store.IngestParams, len(evs))
 		for i := range evs {
 			ps[i] = p.read(&evs[i])
-			if ps[i].Err != "" {
+			if ps[i].Err != "" || ps[i].Skipped != "" {
 				sum.Unreadable++
 			}
 		}
@@ -227,6 +229,11 @@ func (p *Processor) read(ev *store.WebhookEvent) store.IngestParams {
 	}
 	for _, iv := range b.Invalid {
 		p.log().Warn("webhook: item skipped", "event", ev.ID, "item", iv)
+	}
+	if len(b.Invalid) > 0 {
+		// Kept on the delivery, which keeps its raw body from purge and
+		// counts it as unreadable: it is the only record of these items.
+		out.Skipped = fmt.Sprintf("%d item(s) skipped: %s", len(b.Invalid), strings.Join(b.Invalid, "; "))
 	}
 	for _, s := range b.Statuses {
 		e := s.StatusEvidence

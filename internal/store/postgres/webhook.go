@@ -121,6 +121,58 @@ func (s *Store) WebhookGet(ctx context.Context, id string) (*store.WebhookEvent,
 	return ev, nil
 }
 
+// WebhookUnreadable returns events processed with an error or skipped
+// items, oldest first. The statement repeats webhook_events_unreadable's
+// predicate literally, so that any plan of it, generic ones included, can
+// walk that partial index in order.
+func (s *Store) WebhookUnreadable(ctx context.Context, limit int) ([]store.WebhookEvent, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	rs, err := s.pool.Query(ctx, "SELECT "+webhookCols+" FROM webhook_events WHERE error <> '' ORDER BY received_at, id LIMIT $1", limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: unreadable webhooks: %w", err)
+	}
+	defer rs.Close()
+	out := []store.WebhookEvent{}
+	for rs.Next() {
+		ev, err := scanWebhook(rs)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: unreadable webhooks: %w", err)
+		}
+		out = append(out, *ev)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: unreadable webhooks: %w", err)
+	}
+	return out, nil
+}
+
+// WebhookRetry puts an unreadable event back to pending, in one
+// statement; only when it changes nothing does it read the event, to say
+// why.
+func (s *Store) WebhookRetry(ctx context.Context, id string) error {
+	tag, err := s.pool.Exec(ctx, "UPDATE webhook_events SET processed_at = NULL, error = '' WHERE id = $1 AND error <> ''", id)
+	if err != nil {
+		return fmt.Errorf("postgres: retry webhook: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var processed bool
+	err = s.pool.QueryRow(ctx, "SELECT processed_at IS NOT NULL FROM webhook_events WHERE id = $1", id).Scan(&processed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("postgres: retry webhook: %w", err)
+	}
+	if processed {
+		return &store.InvalidError{Msg: "webhook event " + id + " was processed without an error: nothing to retry"}
+	}
+	return &store.InvalidError{Msg: "webhook event " + id + " is not processed yet: nothing to retry"}
+}
+
 // storedEvent is what ingest reads of an event.
 type storedEvent struct {
 	provider, identity string
@@ -200,7 +252,11 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 			// Without a stored event of that id its content is still kept
 			// (nothing a provider said is dropped), with nothing to mark.
 			if ev != nil {
-				markIDs, markErrors = append(markIDs, p.EventID), append(markErrors, p.Err)
+				mark := p.Err
+				if mark == "" {
+					mark = p.Skipped // read, but for the items it had to skip
+				}
+				markIDs, markErrors = append(markIDs, p.EventID), append(markErrors, mark)
 			}
 			if p.Err != "" {
 				continue
@@ -322,12 +378,67 @@ func (s *Store) insertStatuses(ctx context.Context, tx pgx.Tx, sts []*store.Stat
 	if err != nil {
 		return fmt.Errorf("postgres: ingest status: %w", err)
 	}
+	fresh := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		byID[id].ID = id
+		byID[id].ID, fresh[id] = id, true
 	}
 	res.Statuses += len(ids)
-	res.Duplicates += n - len(ids)
+	if len(ids) == n {
+		return nil
+	}
+	var providers, keys, events []string
+	for _, st := range order {
+		if st.ID == "" {
+			providers, keys, events = append(providers, st.Provider), append(keys, st.DedupeKey), append(events, st.EventID)
+		}
+	}
+	reread, err := rereads(ctx, tx, rereadEvidenceSQL, providers, keys, events, fresh)
+	if err != nil {
+		return fmt.Errorf("postgres: ingest status: %w", err)
+	}
+	res.Reread += reread
+	res.Duplicates += len(keys) - reread
 	return nil
+}
+
+// rereadEvidenceSQL and rereadInboundSQL find, for items the unique index
+// refused (by provider and key), the row holding each key and the event
+// that wrote it. After the INSERT that refused them, under read committed,
+// each such row is committed or this transaction's own. The LIMIT keeps
+// each lookup a probe of the unique index (a subquery with one is not
+// flattened into a join), so that the planner cannot choose to hash the
+// whole table instead.
+const (
+	rereadEvidenceSQL = `SELECT v.ord, x.id, x.event_id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS v(provider, k, ord)
+CROSS JOIN LATERAL (SELECT e.id, e.event_id FROM evidence e WHERE e.provider = v.provider AND e.dedupe_key = v.k LIMIT 1) x`
+	rereadInboundSQL = `SELECT v.ord, x.id, x.event_id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS v(provider, k, ord)
+CROSS JOIN LATERAL (SELECT i.id, i.event_id FROM inbound i WHERE i.provider = v.provider AND i.provider_message_id = v.k LIMIT 1) x`
+)
+
+// rereads counts the refused items (providers[i], keys[i], of event
+// events[i]) whose key is held by a row an earlier processing of the same
+// event wrote: rereads, not duplicates. A row this statement wrote (fresh)
+// makes its item a duplicate within the call.
+func rereads(ctx context.Context, tx pgx.Tx, q string, providers, keys, events []string, fresh map[string]bool) (int, error) {
+	rs, err := tx.Query(ctx, q, providers, keys)
+	if err != nil {
+		return 0, err
+	}
+	defer rs.Close()
+	n := 0
+	for rs.Next() {
+		var (
+			ord       int64
+			id, event string
+		)
+		if err := rs.Scan(&ord, &id, &event); err != nil {
+			return 0, err
+		}
+		if event == events[ord-1] && !fresh[id] {
+			n++
+		}
+	}
+	return n, rs.Err()
 }
 
 func (s *Store) insertInbound(ctx context.Context, tx pgx.Tx, ins []*store.Inbound, now time.Time, res *store.IngestResult) error {
@@ -384,7 +495,25 @@ func (s *Store) insertInbound(ctx context.Context, tx pgx.Tx, ins []*store.Inbou
 		return fmt.Errorf("postgres: ingest inbound: %w", err)
 	}
 	res.Inbound += len(news)
-	res.Duplicates += n - len(news)
+	if len(news) < n {
+		fresh := make(map[string]bool, len(news))
+		written := make(map[*store.Inbound]bool, len(news))
+		for _, r := range news {
+			fresh[r.id], written[byID[r.id]] = true, true
+		}
+		var providers, keys, events []string
+		for _, in := range order {
+			if !written[in] {
+				providers, keys, events = append(providers, in.Provider), append(keys, in.ProviderMessageID), append(events, in.EventID)
+			}
+		}
+		reread, err := rereads(ctx, tx, rereadInboundSQL, providers, keys, events, fresh)
+		if err != nil {
+			return fmt.Errorf("postgres: ingest inbound: %w", err)
+		}
+		res.Reread += reread
+		res.Duplicates += len(keys) - reread
+	}
 	// One row per window: an upsert may not touch a row twice.
 	type key struct{ identity, recipient string }
 	latest := map[key]time.Time{}

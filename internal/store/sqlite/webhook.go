@@ -165,6 +165,64 @@ func (s *Store) WebhookGet(ctx context.Context, id string) (*store.WebhookEvent,
 	return ev, nil
 }
 
+// WebhookUnreadable returns events processed with an error or skipped
+// items, oldest first, along webhook_events_unreadable (the statement
+// repeats its predicate, as SQLite uses a partial index only then).
+func (s *Store) WebhookUnreadable(ctx context.Context, limit int) ([]store.WebhookEvent, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	rs, err := s.r.QueryContext(ctx, "SELECT "+webhookCols+" FROM webhook_events INDEXED BY webhook_events_unreadable "+
+		"WHERE error <> '' ORDER BY received_at, id LIMIT ?", limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: unreadable webhooks: %w", err)
+	}
+	defer rs.Close()
+	out := []store.WebhookEvent{}
+	for rs.Next() {
+		ev, err := scanWebhook(rs)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: unreadable webhooks: %w", err)
+		}
+		out = append(out, *ev)
+	}
+	return out, rs.Err()
+}
+
+// WebhookRetry puts an unreadable event back to pending, in one
+// statement; only when it changes nothing does it read the event, to say
+// why.
+func (s *Store) WebhookRetry(ctx context.Context, id string) error {
+	r, err := s.w.ExecContext(ctx, "UPDATE webhook_events SET processed_at = NULL, error = '' WHERE id = ? AND error <> ''", id)
+	if err != nil {
+		return fmt.Errorf("sqlite: retry webhook: %w", err)
+	}
+	n, err := r.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("sqlite: retry webhook: %w", err)
+	}
+	if n == 1 {
+		return nil
+	}
+	var processed bool
+	err = s.r.QueryRowContext(ctx, "SELECT processed_at IS NOT NULL FROM webhook_events WHERE id = ?", id).Scan(&processed)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("sqlite: retry webhook: %w", err)
+	}
+	return retryRefused(id, processed)
+}
+
+// retryRefused says why an event that exists has nothing to retry.
+func retryRefused(id string, processed bool) error {
+	if processed {
+		return &store.InvalidError{Msg: "webhook event " + id + " was processed without an error: nothing to retry"}
+	}
+	return &store.InvalidError{Msg: "webhook event " + id + " is not processed yet: nothing to retry"}
+}
+
 // storedEvent is what ingest reads of an event.
 type storedEvent struct {
 	provider, identity string
@@ -179,6 +237,10 @@ const (
 	insertInboundSQL = `INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text,
 	reply_id, reply_title, context_id, message_id, received_at, stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (provider, provider_message_id) DO NOTHING`
+	// An item the unique index refused: which row has its key, and from
+	// which event (a row this event wrote before is a reread).
+	evidenceByKeySQL = `SELECT id, event_id FROM evidence WHERE provider = ? AND dedupe_key = ?`
+	inboundByKeySQL  = `SELECT id, event_id FROM inbound WHERE provider = ? AND provider_message_id = ?`
 	// The literal provider_id <> '' lets SQLite use the partial index
 	// messages_provider_id.
 	byProviderIDSQL = `SELECT id FROM messages WHERE provider_id = ? AND provider_id <> '' ORDER BY id LIMIT 1`
@@ -216,6 +278,7 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 		return nil, err
 	}
 	taken := map[string]bool{}
+	fresh := map[string]bool{} // ids of the rows this call wrote
 	for i := range ps {
 		p := &ps[i]
 		ev := events[p.EventID]
@@ -223,10 +286,12 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 			continue // already written: running ingest twice writes nothing twice
 		}
 		taken[p.EventID] = true
+		mark := p.Err
 		if p.Err == "" {
-			if err := s.ingestOne(ctx, ts, p, ev, now, res); err != nil {
+			if err := s.ingestOne(ctx, ts, p, ev, now, fresh, res); err != nil {
 				return nil, err
 			}
+			mark = p.Skipped
 		}
 		if ev == nil {
 			// No stored event of that id: its content is kept (nothing a
@@ -234,7 +299,7 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 			continue
 		}
 		r, err := ts.exec(ctx, "UPDATE webhook_events SET processed_at = ?, error = ? WHERE id = ? AND processed_at IS NULL",
-			micros(now), p.Err, p.EventID)
+			micros(now), mark, p.EventID)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: ingest: mark processed: %w", err)
 		}
@@ -286,8 +351,10 @@ func readEvents(ctx context.Context, tx *sql.Tx, ps []store.IngestParams) (map[s
 }
 
 // ingestOne writes one event's statuses and inbound messages, counting
-// into res. IDs and store-set times are filled in place for the new ones.
-func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *storedEvent, now time.Time, res *store.IngestResult) error {
+// into res and adding the ids of the rows it writes to fresh. IDs and
+// store-set times are filled in place for the new ones.
+func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *storedEvent, now time.Time,
+	fresh map[string]bool, res *store.IngestResult) error {
 	received := now
 	if ev != nil {
 		received = ev.receivedAt
@@ -304,7 +371,16 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 		}
 		if n, _ := r.RowsAffected(); n == 1 {
 			st.ID = id
+			fresh[id] = true
 			res.Statuses++
+			continue
+		}
+		reread, err := rereadOf(ctx, ts, evidenceByKeySQL, st.Provider, st.DedupeKey, p.EventID, fresh)
+		if err != nil {
+			return fmt.Errorf("sqlite: ingest status: %w", err)
+		}
+		if reread {
+			res.Reread++
 		} else {
 			res.Duplicates++
 		}
@@ -333,9 +409,18 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 			return fmt.Errorf("sqlite: ingest inbound: %w", err)
 		}
 		if n, _ := r.RowsAffected(); n != 1 {
-			res.Duplicates++
+			reread, err := rereadOf(ctx, ts, inboundByKeySQL, in.Provider, in.ProviderMessageID, p.EventID, fresh)
+			if err != nil {
+				return fmt.Errorf("sqlite: ingest inbound: %w", err)
+			}
+			if reread {
+				res.Reread++
+			} else {
+				res.Duplicates++
+			}
 			continue
 		}
+		fresh[id] = true
 		in.ID, in.StoredAt, in.MessageID = id, now, nil
 		if msgID.Valid {
 			in.MessageID = &msgID.String
@@ -359,6 +444,25 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 		}
 	}
 	return nil
+}
+
+// rereadOf says whether the row holding an item's key (q looks it up by
+// provider and key) is one an earlier processing of eventID wrote: then
+// the item is a reread, not a duplicate. A row this call wrote (fresh) is
+// a duplicate within the call.
+func rereadOf(ctx context.Context, ts *txStmts, q, provider, key, eventID string, fresh map[string]bool) (bool, error) {
+	row, err := ts.queryRow(ctx, q, provider, key)
+	if err != nil {
+		return false, err
+	}
+	var id, evID string
+	if err := row.Scan(&id, &evID); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return false, nil
+		}
+		return false, err
+	}
+	return evID == eventID && !fresh[id], nil
 }
 
 const evidenceCols = `id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref,

@@ -287,6 +287,232 @@ func testWebhook(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("an event read with skipped items keeps its good items and its body, and counts as unreadable", func(t *testing.T) {
+		t.Parallel()
+		w := newWH(t, h)
+		skipped, both, clean := w.event(), w.event(), w.event()
+		const why = "entry 0 change 1: unknown field reactions; entry 1: no messaging_product"
+		in := inbound("in-1", "+15551234567", "", 3)
+		res := must[*store.IngestResult](t)(w.s.WebhookIngest(ctx, []store.IngestParams{
+			{EventID: skipped, Statuses: []store.StatusEvidence{status("wamid.1", state.Delivered, 1)}, Inbound: []store.Inbound{in}, Skipped: why},
+			// Err wins over Skipped: nothing is written, the error is Err.
+			{EventID: both, Statuses: []store.StatusEvidence{status("wamid.2", state.Read, 2)}, Err: "not JSON", Skipped: "ignored"},
+			{EventID: clean},
+		}))
+		if *res != (store.IngestResult{Events: 3, Statuses: 1, Inbound: 1}) {
+			t.Errorf("ingest %+v", res)
+		}
+		now := t0.Truncate(store.Resolution)
+		if ev := must[*store.WebhookEvent](t)(w.s.WebhookGet(ctx, skipped)); ev.ProcessedAt == nil || !ev.ProcessedAt.Equal(now) || ev.Error != why {
+			t.Errorf("event with skipped items %+v, want processed with the skipped items as its error", ev)
+		}
+		if ev := must[*store.WebhookEvent](t)(w.s.WebhookGet(ctx, both)); ev.ProcessedAt == nil || ev.Error != "not JSON" {
+			t.Errorf("event with an error and skipped items %+v, want the error", ev)
+		}
+		if parked := must[[]store.StatusEvidence](t)(w.s.EvidenceList(ctx, "", 0)); len(parked) != 1 || parked[0].ProviderID != "wamid.1" || parked[0].EventID != skipped {
+			t.Errorf("statuses %+v, want only the good one of the event with skipped items", parked)
+		}
+		if box := must[[]store.Inbound](t)(w.s.InboxList(ctx, &store.InboxParams{})); len(box) != 1 || box[0].ProviderMessageID != "in-1" || box[0].EventID != skipped {
+			t.Errorf("inbox %+v", box)
+		}
+		if got := must[time.Time](t)(w.s.ServiceWindow(ctx, "sim", "+15551234567")); !got.Equal(at(3)) {
+			t.Errorf("window %v, want it opened by the good inbound message", got)
+		}
+		want := store.WebhookStats{UnattributedInbound: 1, ParkedEvidence: 1, UnreadableWebhooks: 2}
+		if st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx)); *st != want {
+			t.Errorf("stats %+v, want %+v", st, want)
+		}
+		bad := must[[]store.WebhookEvent](t)(w.s.WebhookUnreadable(ctx, 0))
+		if len(bad) != 2 || bad[0].ID != skipped || bad[1].ID != both || bad[0].Error != why || string(bad[0].Body) != `{"entry":[]}` {
+			t.Errorf("unreadable %+v, want both, oldest first", bad)
+		}
+		// Retention keeps its body: the only record of what was skipped.
+		p := store.PurgeParams{Before: t0.Add(time.Hour)}
+		if got := must[*store.WebhookPurged](t)(w.s.WebhookPurge(ctx, &p)); got.Events != 1 {
+			t.Errorf("purge %+v, want only the clean event", got)
+		}
+		for _, id := range []string{skipped, both} {
+			if _, err := w.s.WebhookGet(ctx, id); err != nil {
+				t.Errorf("unreadable event %s: %v, want it kept", id, err)
+			}
+		}
+		if _, err := w.s.WebhookGet(ctx, clean); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("clean event: %v, want it purged", err)
+		}
+	})
+
+	t.Run("unreadable events are listed oldest first with their bodies", func(t *testing.T) {
+		t.Parallel()
+		w := newWH(t, h)
+		if got := must[[]store.WebhookEvent](t)(w.s.WebhookUnreadable(ctx, 0)); got == nil || len(got) != 0 {
+			t.Errorf("unreadable of an empty store: %#v, want an empty list", got)
+		}
+		// Received in the order c, a, b, d, e; stored in the order a..e.
+		evs := []store.WebhookEvent{
+			{Provider: store.WebhookWhatsApp, Identity: "sim", Headers: map[string]string{"content-type": "application/json"},
+				Body: []byte(`{"a":1}`), ReceivedAt: t0.Add(-2 * time.Minute)},
+			{Provider: store.WebhookHTTP, Body: []byte{0, 'b', 0xff}, ReceivedAt: t0.Add(-time.Minute)},
+			{Provider: store.WebhookHTTP, Body: []byte(`c`), ReceivedAt: t0.Add(-3 * time.Minute)},
+			{Provider: store.WebhookHTTP, Body: []byte(`d`)},
+			{Provider: store.WebhookHTTP, Body: []byte(`e`)},
+		}
+		if err := w.s.WebhookStore(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+		must[*store.IngestResult](t)(w.s.WebhookIngest(ctx, []store.IngestParams{
+			{EventID: evs[0].ID, Skipped: "skipped a"},
+			{EventID: evs[1].ID, Err: "error b"},
+			{EventID: evs[2].ID}, // clean
+			{EventID: evs[3].ID, Err: "error d"},
+			// e stays pending
+		}))
+		ids := func(list []store.WebhookEvent) string {
+			var out []string
+			for _, ev := range list {
+				out = append(out, ev.ID)
+			}
+			return strings.Join(out, " ")
+		}
+		got := must[[]store.WebhookEvent](t)(w.s.WebhookUnreadable(ctx, 0))
+		if want := strings.Join([]string{evs[0].ID, evs[1].ID, evs[3].ID}, " "); ids(got) != want {
+			t.Fatalf("unreadable %s, want %s (a, b, d)", ids(got), want)
+		}
+		a, b := got[0], got[1]
+		if a.Provider != store.WebhookWhatsApp || a.Identity != "sim" || a.Headers["content-type"] != "application/json" ||
+			string(a.Body) != `{"a":1}` || a.Error != "skipped a" || a.ProcessedAt == nil ||
+			!a.ReceivedAt.Equal(t0.Add(-2*time.Minute).Truncate(store.Resolution)) {
+			t.Errorf("unreadable a %+v", a)
+		}
+		if string(b.Body) != "\x00b\xff" || b.Error != "error b" {
+			t.Errorf("unreadable b %+v", b)
+		}
+		if got := must[[]store.WebhookEvent](t)(w.s.WebhookUnreadable(ctx, 2)); ids(got) != evs[0].ID+" "+evs[1].ID {
+			t.Errorf("unreadable with limit 2: %s", ids(got))
+		}
+		// Without a limit, DefaultListLimit.
+		more := make([]store.WebhookEvent, store.DefaultListLimit)
+		ps := make([]store.IngestParams, len(more))
+		for i := range more {
+			more[i] = store.WebhookEvent{Provider: store.WebhookHTTP, Body: []byte(`{}`)}
+		}
+		if err := w.s.WebhookStore(ctx, more); err != nil {
+			t.Fatal(err)
+		}
+		for i := range more {
+			ps[i] = store.IngestParams{EventID: more[i].ID, Err: "bad"}
+		}
+		must[*store.IngestResult](t)(w.s.WebhookIngest(ctx, ps))
+		if got := must[[]store.WebhookEvent](t)(w.s.WebhookUnreadable(ctx, 0)); len(got) != store.DefaultListLimit || got[0].ID != evs[0].ID {
+			t.Errorf("unreadable without a limit: %d, want %d, oldest first", len(got), store.DefaultListLimit)
+		}
+		if got := must[[]store.WebhookEvent](t)(w.s.WebhookUnreadable(ctx, 1000)); len(got) != store.DefaultListLimit+3 {
+			t.Errorf("unreadable with limit 1000: %d, want %d", len(got), store.DefaultListLimit+3)
+		}
+	})
+
+	t.Run("a retried event is read again, and what it wrote before is neither written nor counted twice", func(t *testing.T) {
+		t.Parallel()
+		w := newWH(t, h)
+		const customer = "+15551234567"
+		s1, s2, s3 := status("wamid.1", state.Delivered, 1), status("wamid.2", state.Delivered, 2), status("wamid.3", state.Read, 3)
+		in1, in2 := inbound("in-1", customer, "", 4), inbound("in-2", customer, "", 5)
+		skipped, unread, clean := w.event(), w.event(), w.event()
+		// First reading: skipped has a good status (twice: a duplicate
+		// within the event), a good inbound message, and items it skipped;
+		// unread could not be read at all.
+		res := must[*store.IngestResult](t)(w.s.WebhookIngest(ctx, []store.IngestParams{
+			{EventID: skipped, Statuses: []store.StatusEvidence{s1, s1}, Inbound: []store.Inbound{in1}, Skipped: "entry 0: s2 and in2"},
+			{EventID: unread, Err: "not JSON"},
+			{EventID: clean, Statuses: []store.StatusEvidence{s3}},
+		}))
+		if *res != (store.IngestResult{Events: 3, Statuses: 2, Inbound: 1, Duplicates: 1}) {
+			t.Fatalf("first reading %+v", res)
+		}
+		firstS1 := must[[]store.StatusEvidence](t)(w.s.EvidenceList(ctx, "", 0))[0]
+		firstIn1 := must[[]store.Inbound](t)(w.s.InboxList(ctx, &store.InboxParams{}))[0]
+
+		// Nothing to retry: unknown, pending, processed cleanly.
+		if err := w.s.WebhookRetry(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("retry of an unknown event: %v, want ErrNotFound", err)
+		}
+		pending := w.event()
+		for name, id := range map[string]string{"pending": pending, "clean": clean} {
+			var ie *store.InvalidError
+			if err := w.s.WebhookRetry(ctx, id); !errors.As(err, &ie) {
+				t.Errorf("retry of a %s event: %v, want *store.InvalidError", name, err)
+			}
+		}
+		if ev := must[*store.WebhookEvent](t)(w.s.WebhookGet(ctx, clean)); ev.ProcessedAt == nil || ev.Error != "" {
+			t.Errorf("a refused retry changed the event: %+v", ev)
+		}
+
+		for _, id := range []string{skipped, unread} {
+			if err := w.s.WebhookRetry(ctx, id); err != nil {
+				t.Fatalf("retry %s: %v", id, err)
+			}
+			ev := must[*store.WebhookEvent](t)(w.s.WebhookGet(ctx, id))
+			if ev.ProcessedAt != nil || ev.Error != "" || string(ev.Body) != `{"entry":[]}` {
+				t.Errorf("retried event %+v, want it pending with its body", ev)
+			}
+		}
+		var ie *store.InvalidError
+		if err := w.s.WebhookRetry(ctx, skipped); !errors.As(err, &ie) {
+			t.Errorf("retry of a retried (pending) event: %v, want *store.InvalidError", err)
+		}
+		pend := must[[]store.WebhookEvent](t)(w.s.WebhookPending(ctx, 10))
+		if len(pend) != 3 || pend[0].ID != skipped || pend[1].ID != unread || pend[2].ID != pending {
+			t.Errorf("pending %+v, want the retried events back in their place, oldest first", pend)
+		}
+		if got := must[[]store.WebhookEvent](t)(w.s.WebhookUnreadable(ctx, 0)); len(got) != 0 {
+			t.Errorf("unreadable after the retries: %+v", got)
+		}
+		want := store.WebhookStats{DuplicateWebhooks: 1, UnattributedInbound: 1, ParkedEvidence: 2, UnprocessedWebhooks: 3}
+		if st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx)); *st != want {
+			t.Errorf("stats after the retries %+v, want %+v", st, want)
+		}
+
+		// Second reading, with a fixed parser: skipped now reads whole,
+		// unread reads a new status and one another event already had
+		// (a true duplicate).
+		res = must[*store.IngestResult](t)(w.s.WebhookIngest(ctx, []store.IngestParams{
+			{EventID: skipped, Statuses: []store.StatusEvidence{s1, s1, s2}, Inbound: []store.Inbound{in1, in2}},
+			{EventID: unread, Statuses: []store.StatusEvidence{s3, status("wamid.4", state.Sent, 6)}},
+		}))
+		if *res != (store.IngestResult{Events: 2, Statuses: 2, Inbound: 1, Duplicates: 1, Reread: 3}) {
+			t.Errorf("second reading %+v, want s1 twice and in1 reread, s3 a duplicate", res)
+		}
+		for _, id := range []string{skipped, unread} {
+			if ev := must[*store.WebhookEvent](t)(w.s.WebhookGet(ctx, id)); ev.ProcessedAt == nil || ev.Error != "" {
+				t.Errorf("event %+v, want it processed cleanly", ev)
+			}
+		}
+		// Written once, under their first ids.
+		parked := must[[]store.StatusEvidence](t)(w.s.EvidenceList(ctx, "", 0))
+		if len(parked) != 4 || parked[0].ID != firstS1.ID || parked[0].ProviderID != "wamid.1" {
+			t.Errorf("statuses %+v, want 4 with s1 as first written", parked)
+		}
+		box := must[[]store.Inbound](t)(w.s.InboxList(ctx, &store.InboxParams{}))
+		if len(box) != 2 || box[1].ID != firstIn1.ID || box[0].ProviderMessageID != "in-2" || box[0].EventID != skipped {
+			t.Errorf("inbox %+v, want in-2 new and in-1 as first written", box)
+		}
+		// The counter counts the duplicate within the event once (first
+		// reading) and the true duplicate; the rereads not at all.
+		want = store.WebhookStats{DuplicateWebhooks: 2, UnattributedInbound: 2, ParkedEvidence: 4, UnprocessedWebhooks: 1}
+		if st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx)); *st != want {
+			t.Errorf("stats after the second reading %+v, want %+v", st, want)
+		}
+		// A third reading of a processed event writes nothing, as ever.
+		if again := must[*store.IngestResult](t)(w.s.WebhookIngest(ctx, []store.IngestParams{
+			{EventID: skipped, Statuses: []store.StatusEvidence{s1}, Inbound: []store.Inbound{in1}},
+		})); *again != (store.IngestResult{}) {
+			t.Errorf("ingest of a processed event: %+v, want nothing", again)
+		}
+		// A provider's redelivery of the same content is still a duplicate.
+		if redo := w.ingest([]store.StatusEvidence{s1}, []store.Inbound{in1}); redo.Duplicates != 2 || redo.Reread != 0 {
+			t.Errorf("redelivery %+v, want two duplicates", redo)
+		}
+	})
+
 	t.Run("retention deletes old read events and blanks old inbound texts, keeping what dedupe and attribution need", func(t *testing.T) {
 		t.Parallel()
 		w := newWH(t, h)

@@ -18,7 +18,8 @@ CREATE INDEX messages_window_held ON messages (identity, recipient)
 CREATE INDEX webhook_events_done ON webhook_events (received_at, id)
     WHERE processed_at IS NOT NULL AND error = '';
 -- Events processed with an error (only processing sets error): the few
--- deliveries nothing was read from, which a person must look at.
+-- deliveries processing could not read (in whole or in part), which a person
+-- must look at.
 CREATE INDEX webhook_events_unreadable ON webhook_events (received_at, id) WHERE error <> '';
 -- Inbound messages still holding what the customer wrote: a purged one
 -- (text and reply_title blanked) leaves the index, so it is not counted or
