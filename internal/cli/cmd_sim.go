@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/msgq/msgq/internal/sim"
+	"github.com/msgq/msgq/internal/webhook/verify"
 )
 
 func newSimCmd(a *app) *cobra.Command {
@@ -36,6 +40,10 @@ message that reached the phone: the oracle for exactly-once tests.
 type simServeOptions struct {
 	addr string
 	cfg  sim.Config
+	// The environment variables holding the webhook secrets: the secrets
+	// themselves never appear on a command line.
+	webhookSecretEnv string
+	appSecretEnv     string
 }
 
 // validate checks every flag, naming the first bad one as the user typed it.
@@ -58,11 +66,61 @@ func (o *simServeOptions) validate() error {
 	if c.SlowDelay <= 0 {
 		return usagef("--slow-delay must be greater than 0 (got %v)", c.SlowDelay)
 	}
+	if c.StatusDelay <= 0 {
+		return usagef("--status-delay must be greater than 0 (got %v)", c.StatusDelay)
+	}
+	if c.ReadAfter < 0 {
+		return usagef("--read-after must not be negative (got %v)", c.ReadAfter)
+	}
+	if err := o.webhookSecrets(); err != nil {
+		return err
+	}
 	if err := c.Validate(); err != nil { // the sum of the probabilities
 		return usagef("%v", err)
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usagef("--addr %q: %v", o.addr, err)
+	}
+	return nil
+}
+
+// webhookSecrets checks the webhook flags and reads the secrets from the
+// environment. No message quotes a secret or the URL (it may hold a
+// password).
+func (o *simServeOptions) webhookSecrets() error {
+	c := &o.cfg
+	if c.WebhookURL == "" {
+		if o.webhookSecretEnv != "" || o.appSecretEnv != "" {
+			return usagef("--webhook-secret-env and --app-secret-env need --webhook-url")
+		}
+		return nil
+	}
+	if u, err := url.Parse(c.WebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.RawQuery != "" || u.Fragment != "" {
+		return usagef("--webhook-url must be an http:// or https:// URL with a host and no query, e.g. http://127.0.0.1:8080")
+	}
+	if o.webhookSecretEnv == "" && o.appSecretEnv == "" {
+		return usagef("--webhook-url needs --webhook-secret-env (http API) or --app-secret-env (WhatsApp): nothing could be signed")
+	}
+	if n := o.webhookSecretEnv; n != "" {
+		v := os.Getenv(n)
+		if strings.TrimSpace(v) == "" {
+			return usagef("--webhook-secret-env: environment variable %s is not set", n)
+		}
+		for _, f := range strings.Fields(v) {
+			sec, err := verify.ParseSecret(f)
+			if err != nil {
+				return usagef("--webhook-secret-env: %s does not hold whsec_ secrets", n)
+			}
+			c.WebhookSecrets = append(c.WebhookSecrets, sec)
+		}
+	}
+	if n := o.appSecretEnv; n != "" {
+		v := os.Getenv(n)
+		if v == "" {
+			return usagef("--app-secret-env: environment variable %s is not set", n)
+		}
+		c.AppSecret = []byte(v)
 	}
 	return nil
 }
@@ -101,6 +159,24 @@ delays every send before it is decided. With --idempotent=false the http API
 ignores Idempotency-Key: every accepted call is a new delivery. The WhatsApp
 API has no idempotency key at all.
 
+With --webhook-url (the base URL of msgq webhook serve), every message the
+http or WhatsApp API accepts is reported by status webhooks, as the real
+providers do: "sent" at once, "delivered" --status-delay later, and "read"
+--read-after after that (0: never). A message whose answer --fault-drop or
+--fault-slow lost was accepted all the same, so its statuses come too,
+carrying the send's ref (WhatsApp: biz_opaque_callback_data): that is how msgq
+settles a message it marked unknown. Refused sends and replays send none.
+
+  http API  POST URL/webhooks/http, one message.status event per request, signed
+            with Standard Webhooks by each whsec_ secret in --webhook-secret-env
+  WhatsApp  POST URL/webhooks/whatsapp, the Cloud API envelope (phone_number_id:
+            the one in the send's URL), signed with --app-secret-env's secret
+
+An API whose secret is not given sends no webhooks. A webhook that fails
+(no connection, or not 2xx) is retried 4 times, 1s, 2s, 4s and 8s later, then
+dropped with a log line. Webhooks never hold up a send: when their queue is
+full they are dropped and counted. At shutdown one more line counts them.
+
 One line, "sim: listening on http://ADDR", is printed to stderr once the
 server listens (with --addr 127.0.0.1:0 it names the port chosen).
 
@@ -108,6 +184,7 @@ server listens (with --addr 127.0.0.1:0 it names the port chosen).
 		Example: `  msgq sim serve
   msgq sim serve --addr 127.0.0.1:0 --seed 7 --fault-429 0.1 --fault-drop 0.05
   msgq sim serve --fault-slow 0.2 --slow-delay 5s --latency 50ms --idempotent=false
+  SIM_APP_SECRET=... msgq sim serve --webhook-url http://127.0.0.1:8080 --app-secret-env SIM_APP_SECRET --read-after 1s
   curl -s localhost:8099/deliveries`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -130,11 +207,18 @@ server listens (with --addr 127.0.0.1:0 it names the port chosen).
 	f.DurationVar(&c.Latency, "latency", 0, "delay before every send is decided")
 	f.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the fault decisions: one seed, one sequence of outcomes")
 	f.BoolVar(&c.Idempotent, "idempotent", true, "honour Idempotency-Key on the http API")
+	f.StringVar(&c.WebhookURL, "webhook-url", "", "send status webhooks to this msgq webhook serve, e.g. http://127.0.0.1:8080 (default: none)")
+	f.StringVar(&o.webhookSecretEnv, "webhook-secret-env", "", "environment variable holding the whsec_ secret(s) that sign the http API's webhooks")
+	f.StringVar(&o.appSecretEnv, "app-secret-env", "", "environment variable holding the app secret that signs the WhatsApp webhooks")
+	f.DurationVar(&c.StatusDelay, "status-delay", sim.DefaultStatusDelay, `time from "sent" to "delivered"`)
+	f.DurationVar(&c.ReadAfter, "read-after", 0, `time from "delivered" to "read" (0: no "read")`)
 	return cmd
 }
 
 func runSimServe(ctx context.Context, a *app, o *simServeOptions) error {
+	o.cfg.Log = a.log
 	s := sim.New(o.cfg)
+	defer s.Close()
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", o.addr)
 	if err != nil {
@@ -167,6 +251,11 @@ func runSimServe(ctx context.Context, a *app, o *simServeOptions) error {
 	}
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		return err
+	}
+	if o.cfg.WebhookURL != "" {
+		s.Close()
+		st := s.WebhookStats()
+		fmt.Fprintf(a.ios.Err, "sim: webhooks: %d sent, %d retried, %d failed, %d dropped\n", st.Sent, st.Retried, st.Failed, st.Dropped)
 	}
 	return nil
 }

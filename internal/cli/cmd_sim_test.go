@@ -3,9 +3,12 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync"
@@ -13,6 +16,8 @@ import (
 	"time"
 
 	"github.com/msgq/msgq/internal/cli"
+	"github.com/msgq/msgq/internal/webhook/payload"
+	"github.com/msgq/msgq/internal/webhook/verify"
 )
 
 // syncBuffer is a bytes.Buffer a test may read while a command writes it.
@@ -188,5 +193,131 @@ func TestSimServeStopsWhileSlow(t *testing.T) {
 	}
 	if err := <-errc; err == nil {
 		t.Fatal("the slow call got an answer at shutdown; want the connection closed without one")
+	}
+}
+
+// TestSimServeWebhookFlagErrors: a bad webhook flag is a usage error, one
+// line, exit 2, before anything listens, and no secret or URL password is
+// echoed. (Not parallel: t.Setenv.)
+func TestSimServeWebhookFlagErrors(t *testing.T) {
+	t.Setenv("MSGQ_TEST_SIM_BAD_SECRET", "whsec_!!!topsecret")
+	t.Setenv("MSGQ_TEST_SIM_APP_SECRET", "topsecret")
+	t.Setenv("MSGQ_TEST_SIM_EMPTY", "")
+	url := []string{"--webhook-url", "http://127.0.0.1:8080"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{url, "--webhook-url needs --webhook-secret-env (http API) or --app-secret-env (WhatsApp)"},
+		{[]string{"--app-secret-env", "MSGQ_TEST_SIM_APP_SECRET"}, "--webhook-secret-env and --app-secret-env need --webhook-url"},
+		{[]string{"--webhook-url", "ftp://u:topsecret@h", "--app-secret-env", "MSGQ_TEST_SIM_APP_SECRET"}, "--webhook-url must be an http:// or https:// URL"},
+		{[]string{"--webhook-url", "127.0.0.1:8080", "--app-secret-env", "MSGQ_TEST_SIM_APP_SECRET"}, "--webhook-url must be"},
+		{[]string{"--webhook-url", "http://h/?x=topsecret", "--app-secret-env", "MSGQ_TEST_SIM_APP_SECRET"}, "--webhook-url must be"},
+		{append(url, "--webhook-secret-env", "MSGQ_TEST_SIM_UNSET_VARIABLE"), "--webhook-secret-env: environment variable MSGQ_TEST_SIM_UNSET_VARIABLE is not set"},
+		{append(url, "--app-secret-env", "MSGQ_TEST_SIM_EMPTY"), "--app-secret-env: environment variable MSGQ_TEST_SIM_EMPTY is not set"},
+		{append(url, "--webhook-secret-env", "MSGQ_TEST_SIM_BAD_SECRET"), "--webhook-secret-env: MSGQ_TEST_SIM_BAD_SECRET does not hold whsec_ secrets"},
+		{append(url, "--webhook-secret-env", "MSGQ_TEST_SIM_APP_SECRET"), "does not hold whsec_ secrets"},
+		{[]string{"--status-delay", "0s"}, "--status-delay must be greater than 0 (got 0s)"},
+		{[]string{"--status-delay", "-1s"}, "--status-delay must be greater than 0 (got -1s)"},
+		{[]string{"--read-after", "-1s"}, "--read-after must not be negative (got -1s)"},
+		{[]string{"--read-after", "soon"}, `invalid argument "soon" for "--read-after" flag`},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		var stdout, stderr syncBuffer
+		code := cli.Run(ctx, append([]string{"sim", "serve", "--addr", "127.0.0.1:0"}, tc.args...),
+			&cli.IOStreams{In: strings.NewReader(""), Out: &stdout, Err: &stderr})
+		cancel()
+		got := stderr.String()
+		if code != 2 || !strings.HasPrefix(got, "msgq: ") || !strings.Contains(got, tc.want) ||
+			strings.Count(got, "\n") != 1 || stdout.String() != "" {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and one line with %q", tc.args, code, got, tc.want)
+		}
+		if strings.Contains(got, "topsecret") {
+			t.Errorf("%v: stderr shows a secret: %q", tc.args, got)
+		}
+	}
+}
+
+// TestSimServeWebhooks: the flags reach the simulator; its statuses are
+// signed with the secrets from the environment, and the shutdown counts
+// them. (Not parallel: t.Setenv.)
+func TestSimServeWebhooks(t *testing.T) {
+	const appSecret = "sim-cli-app-secret"
+	whsec := "whsec_" + base64.StdEncoding.EncodeToString([]byte("sim-cli-webhook-key"))
+	secret, err := verify.ParseSecret(whsec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("MSGQ_TEST_SIM_APP_SECRET", appSecret)
+	t.Setenv("MSGQ_TEST_SIM_WEBHOOK_SECRET", whsec)
+
+	var mu sync.Mutex
+	got := map[string][]string{} // provider id -> statuses
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var b *payload.Batch
+		var err error
+		switch r.URL.Path {
+		case "/webhooks/whatsapp":
+			if err = verify.WhatsApp(body, r.Header.Get("X-Hub-Signature-256"), []byte(appSecret)); err == nil {
+				b, err = payload.WhatsApp(body)
+			}
+		case "/webhooks/http":
+			id := r.Header.Get("webhook-id")
+			if err = verify.Verify(id, r.Header.Get("webhook-timestamp"), r.Header.Get("webhook-signature"), body,
+				time.Now(), 0, secret); err == nil {
+				b, err = payload.HTTP(body, id)
+			}
+		default:
+			err = fmt.Errorf("path %s", r.URL.Path)
+		}
+		if err != nil || len(b.Statuses) != 1 {
+			t.Errorf("webhook %s %s: %v", r.URL.Path, body, err)
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		got[b.Statuses[0].ProviderID] = append(got[b.Statuses[0].ProviderID], string(b.Statuses[0].Status))
+		mu.Unlock()
+	}))
+	defer rcv.Close()
+
+	base, stop, code, stderr := startSim(t, "--webhook-url", rcv.URL+"/", "--app-secret-env", "MSGQ_TEST_SIM_APP_SECRET",
+		"--webhook-secret-env", "MSGQ_TEST_SIM_WEBHOOK_SECRET", "--status-delay", "10ms", "--read-after", "10ms")
+	if resp, body := simPost(t, base+"/v1/messages", "k1", `{"ref":"R1","to":"+15551234567","text":"hi"}`); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("http send: %d %s", resp.StatusCode, body)
+	}
+	wa := `{"messaging_product":"whatsapp","to":"+15557654321","type":"text","text":{"body":"hi"},"biz_opaque_callback_data":"R2"}`
+	if resp, body := simPost(t, base+"/v21.0/1234/messages", "", wa); resp.StatusCode != http.StatusOK {
+		t.Fatalf("whatsapp send: %d %s", resp.StatusCode, body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got["msg_1"]) + len(got["wamid.2"])
+		mu.Unlock()
+		if n == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("statuses %v, want sent, delivered and read for msg_1 and wamid.2", got)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	select {
+	case c := <-code:
+		if c != 0 {
+			t.Fatalf("exit %d: %s", c, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("sim serve did not stop")
+	}
+	out := stderr.String()
+	if !strings.HasSuffix(out, "\nsim: webhooks: 6 sent, 0 retried, 0 failed, 0 dropped\n") || strings.Count(out, "\n") != 2 {
+		t.Errorf("stderr %q, want the listening line and the webhook count", out)
+	}
+	if strings.Contains(out, appSecret) || strings.Contains(out, whsec) {
+		t.Errorf("stderr shows a secret: %q", out)
 	}
 }

@@ -26,6 +26,9 @@ const maxBody = 1 << 20
 //
 // Latency and faults apply to the two POSTs only; the look-up and the
 // delivery log always answer at once.
+//
+// With Config.WebhookURL, each message the two POSTs accept is reported by
+// status webhooks (see webhook.go), even when a fault then loses the answer.
 func (s *Sim) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/messages", s.httpSend)
@@ -256,6 +259,7 @@ func (s *Sim) httpSend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := s.decide(APIHTTP, &req)
+	s.report(d, APIHTTP, &req, "")
 	resp := httpResponse(d, req.key)
 	s.answer(w, r, d.fault, &resp)
 }
@@ -423,6 +427,7 @@ func (s *Sim) waSend(w http.ResponseWriter, r *http.Request) {
 	}
 	req := request{key: r.Header.Get("Idempotency-Key"), ref: b.BizOpaqueCallbackData, to: b.To}
 	d := s.decide(APIWhatsApp, &req)
+	s.report(d, APIWhatsApp, &req, r.PathValue("phone"))
 	resp = s.waResponse(d, b.To)
 	s.answer(w, r, d.fault, &resp)
 }

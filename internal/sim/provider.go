@@ -23,6 +23,8 @@ import (
 // With Latency, Send waits first; a ctx that ends during the wait gives
 // Ambiguous (nothing delivered, but the caller cannot know that), and a ctx
 // already done before Send gives Transient (nothing was sent).
+// It sends no status webhooks, whatever Config.WebhookURL says: it has no
+// HTTP side, and no msgq identity would receive them.
 func (s *Sim) Provider() provider.Provider { return inProcess{s} }
 
 type inProcess struct{ s *Sim }

@@ -25,16 +25,27 @@
 // answer: drop closes the connection without a response, slow answers only
 // after SlowDelay. Latency delays every provider call before it is decided,
 // so a caller that gives up during the latency delivered nothing.
+//
+// # Status webhooks
+//
+// With Config.WebhookURL, the http and WhatsApp APIs report each message
+// they accepted to msgq webhook serve, signed as the real providers sign:
+// "sent", "delivered" and optionally "read" (webhook.go). A dropped or slow
+// answer does not stop them: the message was accepted.
 package sim
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/msgq/msgq/internal/webhook/verify"
 )
 
 // The values of Delivery.API.
@@ -74,8 +85,31 @@ type Config struct {
 	// has no key and ignores this.
 	Idempotent bool
 
-	// Now stamps deliveries; nil means time.Now.
+	// Now stamps deliveries and status webhooks; nil means time.Now.
 	Now func() time.Time
+
+	// Status webhooks (see webhook.go): with WebhookURL set, every message
+	// the http or WhatsApp API accepts is reported to msgq webhook serve
+	// at WebhookURL: "sent" at once, "delivered" after StatusDelay, and
+	// "read" ReadAfter later when ReadAfter is not 0. Empty: no webhooks.
+	// The WhatsApp metadata's phone_number_id is the one the send's URL
+	// named, so each WhatsApp identity's statuses come back to it.
+	WebhookURL string
+	// WebhookSecrets sign the http API's webhooks (Standard Webhooks), one
+	// signature per secret, as during a rotation. None: the http API sends
+	// no webhooks.
+	WebhookSecrets []verify.Secret
+	// AppSecret signs the WhatsApp webhooks (X-Hub-Signature-256). Empty:
+	// the WhatsApp API sends no webhooks.
+	AppSecret   []byte
+	StatusDelay time.Duration // "sent" to "delivered"; 0 means DefaultStatusDelay
+	ReadAfter   time.Duration // "delivered" to "read"; 0 means no "read"
+	// WebhookBackoff is the delay before a failed webhook's first retry,
+	// doubled for each next one; 0 means DefaultWebhookBackoff.
+	WebhookBackoff time.Duration
+	// Log receives the webhooks' warnings (a webhook given up, a full
+	// queue); nil discards them. Secrets are never logged.
+	Log *slog.Logger
 }
 
 // DefaultConfig is an idempotent provider without faults or latency.
@@ -112,6 +146,25 @@ func (c Config) Validate() error {
 	}
 	if c.SlowDelay < 0 {
 		errs = append(errs, fmt.Errorf("slow-delay must not be negative (got %v)", c.SlowDelay))
+	}
+	if c.WebhookURL != "" {
+		if u, err := url.Parse(c.WebhookURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.RawQuery != "" || u.Fragment != "" {
+			// Not quoted: a URL may carry a password.
+			errs = append(errs, errors.New("webhook-url must be an http:// or https:// URL with a host and no query"))
+		}
+		if len(c.WebhookSecrets) == 0 && len(c.AppSecret) == 0 {
+			errs = append(errs, errors.New("webhook-url needs a webhook secret (http API) or an app secret (WhatsApp): nothing could be signed"))
+		}
+	}
+	if c.StatusDelay < 0 {
+		errs = append(errs, fmt.Errorf("status-delay must not be negative (got %v)", c.StatusDelay))
+	}
+	if c.ReadAfter < 0 {
+		errs = append(errs, fmt.Errorf("read-after must not be negative (got %v)", c.ReadAfter))
+	}
+	if c.WebhookBackoff < 0 {
+		errs = append(errs, fmt.Errorf("webhook backoff must not be negative (got %v)", c.WebhookBackoff))
 	}
 	return errors.Join(errs...)
 }
@@ -194,16 +247,27 @@ type Sim struct {
 	ids        map[string]struct{} // msg_ ids, for GET /v1/messages/{id}
 	deliveries []Delivery
 	trace      uint64 // fbtrace_id counter
+
+	wh *webhooks // nil without WebhookURL
 }
 
 // New returns a simulator. It panics if cfg does not Validate: a bad
 // configuration is a programming error here; commands validate first.
-func New(cfg Config) *Sim {
+// With a WebhookURL, Close it when done: it stops the webhook workers.
+func New(cfg Config) *Sim { return newSim(cfg, webhookWorkers, webhookQueue) }
+
+func newSim(cfg Config, workers, queue int) *Sim {
 	if err := cfg.Validate(); err != nil {
 		panic("sim: " + err.Error())
 	}
 	if cfg.SlowDelay == 0 {
 		cfg.SlowDelay = DefaultSlowDelay
+	}
+	if cfg.StatusDelay == 0 {
+		cfg.StatusDelay = DefaultStatusDelay
+	}
+	if cfg.WebhookBackoff == 0 {
+		cfg.WebhookBackoff = DefaultWebhookBackoff
 	}
 	s := &Sim{
 		cfg:  cfg,
@@ -221,10 +285,42 @@ func New(cfg Config) *Sim {
 		s.cum[i] = sum
 	}
 	s.draw = sum > 0
+	if cfg.WebhookURL != "" {
+		s.wh = newWebhooks(&s.cfg, s.now, workers, queue)
+	}
 	return s
 }
 
-// Config returns the configuration in effect (SlowDelay defaulted).
+// Close stops the status webhooks: the posts in flight get a couple of
+// seconds to finish, then are cancelled; statuses not posted yet are
+// forgotten. Without a WebhookURL it does nothing. Calling it more than
+// once is harmless; the APIs keep answering afterwards, with no webhooks.
+func (s *Sim) Close() {
+	if s.wh != nil {
+		s.wh.close()
+	}
+}
+
+// WebhookStats counts the status webhooks so far (all zero without a
+// WebhookURL).
+func (s *Sim) WebhookStats() WebhookStats {
+	if s.wh == nil {
+		return WebhookStats{}
+	}
+	return s.wh.stats()
+}
+
+// report schedules the status webhooks of a message the http or WhatsApp
+// API accepted: a new delivery, whether or not its answer is then lost.
+func (s *Sim) report(d decision, api string, r *request, phone string) {
+	if s.wh == nil || d.fault.refused() || d.outcome != accepted {
+		return
+	}
+	s.wh.report(acceptedMsg{api: api, id: d.id, ref: r.ref, to: r.to, phone: phone})
+}
+
+// Config returns the configuration in effect (SlowDelay, StatusDelay and
+// WebhookBackoff defaulted).
 func (s *Sim) Config() Config { return s.cfg }
 
 // Deliveries returns a copy of the delivery log, in order.
