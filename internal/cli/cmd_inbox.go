@@ -72,22 +72,15 @@ text, reply_id, message_id (null when unattributed) and received_at.
 			if err != nil {
 				return err
 			}
-			if a.cfg.Output == outJSON {
-				if ins == nil {
-					ins = []store.Inbound{}
-				}
-				return printJSON(a.ios.Out, ins)
-			}
-			rows := make([][]string, 0, len(ins))
-			for _, in := range ins {
-				msg := "-"
-				if in.MessageID != nil {
-					msg = *in.MessageID
-				}
-				rows = append(rows, []string{in.ID, stamp(in.ReceivedAt), in.From, orDash(in.Identity), in.Type,
-					orDash(in.Text), orDash(in.ReplyID), orDash(in.ReplyTitle), msg})
-			}
-			return printTable(a.ios.Out, []string{"ID", "RECEIVED", "FROM", "IDENTITY", "TYPE", "TEXT", "REPLY_ID", "REPLY_TITLE", "MESSAGE"}, rows)
+			return printRows(a, ins, []string{"ID", "RECEIVED", "FROM", "IDENTITY", "TYPE", "TEXT", "REPLY_ID", "REPLY_TITLE", "MESSAGE"},
+				func(in *store.Inbound) []string {
+					msg := "-"
+					if in.MessageID != nil {
+						msg = *in.MessageID
+					}
+					return []string{in.ID, stamp(in.ReceivedAt), orDash(in.From), orDash(in.Identity), in.Type,
+						orDash(in.Text), orDash(in.ReplyID), orDash(in.ReplyTitle), msg}
+				})
 		},
 	}
 	f := cmd.Flags()

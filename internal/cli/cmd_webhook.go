@@ -434,18 +434,11 @@ an array of statuses.
 			if err != nil {
 				return err
 			}
-			if a.cfg.Output == outJSON {
-				if evs == nil {
-					evs = []store.StatusEvidence{}
-				}
-				return printJSON(a.ios.Out, evs)
-			}
-			rows := make([][]string, 0, len(evs))
-			for _, e := range evs {
-				rows = append(rows, []string{stamp(e.ReceivedAt), e.Provider, orDash(e.Identity), e.ProviderID,
-					string(e.Status), stamp(e.At), orDash(e.CallbackRef), orDash(e.ErrorCode)})
-			}
-			return printTable(a.ios.Out, []string{"RECEIVED", "PROVIDER", "IDENTITY", "PROVIDER_ID", "STATUS", "AT", "REF", "CODE"}, rows)
+			return printRows(a, evs, []string{"RECEIVED", "PROVIDER", "IDENTITY", "PROVIDER_ID", "STATUS", "AT", "REF", "CODE"},
+				func(e *store.StatusEvidence) []string {
+					return []string{stamp(e.ReceivedAt), e.Provider, orDash(e.Identity), e.ProviderID,
+						string(e.Status), stamp(e.At), orDash(e.CallbackRef), orDash(e.ErrorCode)}
+				})
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", store.DefaultListLimit, "at most this many statuses")
@@ -477,18 +470,10 @@ back with msgq webhook retry ID. -o json prints an array of deliveries.
 			if err != nil {
 				return err
 			}
-			if a.cfg.Output == outJSON {
-				if evs == nil {
-					evs = []store.WebhookEvent{}
-				}
-				return printJSON(a.ios.Out, evs)
-			}
-			rows := make([][]string, 0, len(evs))
-			for _, e := range evs {
-				rows = append(rows, []string{e.ID, stamp(e.ReceivedAt), e.Provider, orDash(e.Identity),
-					strconv.Itoa(len(e.Body)), oneLine(e.Error)})
-			}
-			return printTable(a.ios.Out, []string{"ID", "RECEIVED", "PROVIDER", "IDENTITY", "BYTES", "ERROR"}, rows)
+			return printRows(a, evs, []string{"ID", "RECEIVED", "PROVIDER", "IDENTITY", "BYTES", "ERROR"},
+				func(e *store.WebhookEvent) []string {
+					return []string{e.ID, stamp(e.ReceivedAt), e.Provider, orDash(e.Identity), strconv.Itoa(len(e.Body)), oneLine(e.Error)}
+				})
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", store.DefaultListLimit, "at most this many deliveries")

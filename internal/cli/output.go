@@ -100,3 +100,19 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// printRows prints items as a JSON array (never null) or as a table of one
+// row per item.
+func printRows[T any](a *app, items []T, header []string, row func(*T) []string) error {
+	if a.cfg.Output == outJSON {
+		if items == nil {
+			items = []T{}
+		}
+		return printJSON(a.ios.Out, items)
+	}
+	rows := make([][]string, 0, len(items))
+	for i := range items {
+		rows = append(rows, row(&items[i]))
+	}
+	return printTable(a.ios.Out, header, rows)
+}

@@ -1,16 +1,12 @@
 package cli_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -21,33 +17,12 @@ import (
 )
 
 // startSimProc starts `msgq sim serve` as its own process with e's
-// environment (the webhook secrets are read from it) and returns its URL.
-// Its stderr after the listening line is kept for failure messages.
+// environment (the webhook secrets are read from it) and returns its URL
+// and its stderr.
 func startSimProc(t *testing.T, e *msgqEnv, args ...string) (string, *syncBuffer) {
 	t.Helper()
-	c := e.cmd(append([]string{"sim", "serve", "--addr", "127.0.0.1:0"}, args...)...)
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Stderr = pw
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-	r := bufio.NewReader(pr)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		t.Fatalf("sim serve: %v: %q", err, line)
-	}
-	m := regexp.MustCompile(`^sim: listening on (http://\S+)\n$`).FindStringSubmatch(line)
-	if m == nil {
-		t.Fatalf("sim serve printed %q", line)
-	}
-	log := &syncBuffer{}
-	go func() { _, _ = io.Copy(log, r) }() // never let a full pipe block it
-	return m[1], log
+	p, url := startListener(t, e, "sim: listening on ", append([]string{"sim", "serve", "--addr", "127.0.0.1:0"}, args...)...)
+	return url, p.log
 }
 
 // e2eConfig has an http identity and a WhatsApp identity on one

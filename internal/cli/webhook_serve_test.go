@@ -31,7 +31,15 @@ const (
 // until it listens.
 func startServe(t *testing.T, e *msgqEnv, args ...string) (*serveProcess, string) {
 	t.Helper()
-	c := e.cmd(append([]string{"webhook", "serve", "--addr", "127.0.0.1:0"}, args...)...)
+	return startListener(t, e, "webhook: listening on ", append([]string{"webhook", "serve", "--addr", "127.0.0.1:0"}, args...)...)
+}
+
+// startListener starts a msgq command that serves HTTP and waits for the
+// line (starting with prefix, then the URL) that says it listens. Its
+// stderr is kept for failure messages.
+func startListener(t *testing.T, e *msgqEnv, prefix string, args ...string) (*serveProcess, string) {
+	t.Helper()
+	c := e.cmd(args...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +58,7 @@ func startServe(t *testing.T, e *msgqEnv, args ...string) (*serveProcess, string
 		for sc.Scan() {
 			line := sc.Text()
 			p.log.Write([]byte(line + "\n"))
-			if u, ok := strings.CutPrefix(line, "webhook: listening on "); ok && !sent {
+			if u, ok := strings.CutPrefix(line, prefix); ok && !sent {
 				addr <- u
 				sent = true
 			}
@@ -61,9 +69,9 @@ func startServe(t *testing.T, e *msgqEnv, args ...string) (*serveProcess, string
 	case u := <-addr:
 		return p, u
 	case err := <-p.done:
-		t.Fatalf("webhook serve exited before listening: %v: %s", err, p.log.String())
+		t.Fatalf("msgq %s exited before listening: %v: %s", args[0], err, p.log.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("webhook serve did not listen within 30s: %s", p.log.String())
+		t.Fatalf("msgq %s did not listen within 30s: %s", args[0], p.log.String())
 	}
 	return nil, ""
 }
