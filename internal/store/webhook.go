@@ -324,11 +324,27 @@ type Evidence interface {
 	WebhookPurge(ctx context.Context, p *PurgeParams) (*WebhookPurged, error)
 }
 
+// IngestedEvent is a stored event as a store's ingest reads it.
+type IngestedEvent struct {
+	Provider, Identity string
+	ReceivedAt         time.Time
+	Processed          bool
+}
+
+func (ev *IngestedEvent) origin() (provider, identity string) {
+	if ev == nil {
+		return "", ""
+	}
+	return ev.Provider, ev.Identity
+}
+
 // PrepareStatus completes a status as a store's ingest keeps it: its
-// event, the event's provider and identity when the parser named none,
-// and a dedupe key when the provider sent no delivery id (DESIGN.md §6:
-// provider id, status and timestamp identify a status across deliveries).
-func PrepareStatus(st *StatusEvidence, eventID, provider, identity string) {
+// event, the event's provider and identity when the parser named none (ev
+// is nil for an event the store does not have), and a dedupe key when the
+// provider sent no delivery id (DESIGN.md §6: provider id, status and
+// timestamp identify a status across deliveries).
+func PrepareStatus(st *StatusEvidence, eventID string, ev *IngestedEvent) {
+	provider, identity := ev.origin()
 	st.EventID = eventID
 	if st.Provider == "" {
 		st.Provider = provider
@@ -347,7 +363,8 @@ func PrepareStatus(st *StatusEvidence, eventID, provider, identity string) {
 // store's ingest keeps it. One without a provider id is named by its
 // event and position, so that at least a replay of that event is a
 // duplicate.
-func PrepareInbound(in *Inbound, eventID string, j int, provider, identity string) {
+func PrepareInbound(in *Inbound, eventID string, j int, ev *IngestedEvent) {
+	provider, identity := ev.origin()
 	in.EventID = eventID
 	if in.Provider == "" {
 		in.Provider = provider

@@ -173,13 +173,6 @@ func (s *Store) WebhookRetry(ctx context.Context, id string) error {
 	return &store.InvalidError{Msg: "webhook event " + id + " is not processed yet: nothing to retry"}
 }
 
-// storedEvent is what ingest reads of an event.
-type storedEvent struct {
-	provider, identity string
-	receivedAt         time.Time
-	processed          bool
-}
-
 // insertEvidenceSQL writes new statuses in input order; the unique index
 // turns a redelivery (also one within the batch) into no row, and the
 // returned ids say which were new.
@@ -245,7 +238,7 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 		for i := range ps {
 			p := &ps[i]
 			ev := events[p.EventID]
-			if ev != nil && (ev.processed || taken[p.EventID]) {
+			if ev != nil && (ev.Processed || taken[p.EventID]) {
 				continue // already written: running ingest twice writes nothing twice
 			}
 			taken[p.EventID] = true
@@ -263,17 +256,17 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 			}
 			received := now
 			if ev != nil {
-				received = ev.receivedAt
+				received = ev.ReceivedAt
 			}
 			for j := range p.Statuses {
 				st := &p.Statuses[j]
-				prepareStatus(st, p.EventID, ev)
+				store.PrepareStatus(st, p.EventID, ev)
 				st.ReceivedAt = received
 				sts = append(sts, st)
 			}
 			for j := range p.Inbound {
 				in := &p.Inbound[j]
-				prepareInbound(in, p.EventID, j, ev)
+				store.PrepareInbound(in, p.EventID, j, ev)
 				if in.ReceivedAt.IsZero() {
 					in.ReceivedAt = received
 				}
@@ -309,7 +302,7 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 	return res, nil
 }
 
-func lockEvents(ctx context.Context, tx pgx.Tx, ps []store.IngestParams) (map[string]*storedEvent, error) {
+func lockEvents(ctx context.Context, tx pgx.Tx, ps []store.IngestParams) (map[string]*store.IngestedEvent, error) {
 	ids := make([]string, len(ps))
 	for i := range ps {
 		ids[i] = ps[i].EventID
@@ -322,14 +315,14 @@ func lockEvents(ctx context.Context, tx pgx.Tx, ps []store.IngestParams) (map[st
 		return nil, fmt.Errorf("postgres: ingest: read events: %w", err)
 	}
 	defer rs.Close()
-	out := make(map[string]*storedEvent, len(ps))
+	out := make(map[string]*store.IngestedEvent, len(ps))
 	for rs.Next() {
 		var id string
-		ev := &storedEvent{}
-		if err := rs.Scan(&id, &ev.provider, &ev.identity, &ev.receivedAt, &ev.processed); err != nil {
+		ev := &store.IngestedEvent{}
+		if err := rs.Scan(&id, &ev.Provider, &ev.Identity, &ev.ReceivedAt, &ev.Processed); err != nil {
 			return nil, fmt.Errorf("postgres: ingest: read events: %w", err)
 		}
-		ev.receivedAt = ev.receivedAt.UTC()
+		ev.ReceivedAt = ev.ReceivedAt.UTC()
 		out[id] = ev
 	}
 	if err := rs.Err(); err != nil {
@@ -1051,22 +1044,4 @@ func (s *Store) WebhookPurge(ctx context.Context, p *store.PurgeParams) (*store.
 		}
 	}
 	return res, nil
-}
-
-// prepareStatus and prepareInbound complete parsed items with what the
-// stored event says (ev is nil for an event this store does not have).
-func prepareStatus(st *store.StatusEvidence, eventID string, ev *storedEvent) {
-	var provider, identity string
-	if ev != nil {
-		provider, identity = ev.provider, ev.identity
-	}
-	store.PrepareStatus(st, eventID, provider, identity)
-}
-
-func prepareInbound(in *store.Inbound, eventID string, j int, ev *storedEvent) {
-	var provider, identity string
-	if ev != nil {
-		provider, identity = ev.provider, ev.identity
-	}
-	store.PrepareInbound(in, eventID, j, provider, identity)
 }

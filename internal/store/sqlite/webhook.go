@@ -223,13 +223,6 @@ func retryRefused(id string, processed bool) error {
 	return &store.InvalidError{Msg: "webhook event " + id + " is not processed yet: nothing to retry"}
 }
 
-// storedEvent is what ingest reads of an event.
-type storedEvent struct {
-	provider, identity string
-	receivedAt         time.Time
-	processed          bool
-}
-
 const (
 	insertEvidenceSQL = `INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at,
 	callback_ref, error_code, error, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -282,7 +275,7 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 	for i := range ps {
 		p := &ps[i]
 		ev := events[p.EventID]
-		if ev != nil && (ev.processed || taken[p.EventID]) {
+		if ev != nil && (ev.Processed || taken[p.EventID]) {
 			continue // already written: running ingest twice writes nothing twice
 		}
 		taken[p.EventID] = true
@@ -318,8 +311,8 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 	return res, nil
 }
 
-func readEvents(ctx context.Context, tx *sql.Tx, ps []store.IngestParams) (map[string]*storedEvent, error) {
-	out := make(map[string]*storedEvent, len(ps))
+func readEvents(ctx context.Context, tx *sql.Tx, ps []store.IngestParams) (map[string]*store.IngestedEvent, error) {
+	out := make(map[string]*store.IngestedEvent, len(ps))
 	const chunk = 500
 	for start := 0; start < len(ps); start += chunk {
 		part := ps[start:min(start+chunk, len(ps))]
@@ -335,12 +328,12 @@ func readEvents(ctx context.Context, tx *sql.Tx, ps []store.IngestParams) (map[s
 		for rs.Next() {
 			var id string
 			var received int64
-			ev := &storedEvent{}
-			if err := rs.Scan(&id, &ev.provider, &ev.identity, &received, &ev.processed); err != nil {
+			ev := &store.IngestedEvent{}
+			if err := rs.Scan(&id, &ev.Provider, &ev.Identity, &received, &ev.Processed); err != nil {
 				rs.Close()
 				return nil, fmt.Errorf("sqlite: ingest: read events: %w", err)
 			}
-			ev.receivedAt = fromMicros(received)
+			ev.ReceivedAt = fromMicros(received)
 			out[id] = ev
 		}
 		if err := rs.Close(); err != nil {
@@ -353,15 +346,15 @@ func readEvents(ctx context.Context, tx *sql.Tx, ps []store.IngestParams) (map[s
 // ingestOne writes one event's statuses and inbound messages, counting
 // into res and adding the ids of the rows it writes to fresh. IDs and
 // store-set times are filled in place for the new ones.
-func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *storedEvent, now time.Time,
+func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *store.IngestedEvent, now time.Time,
 	fresh map[string]bool, res *store.IngestResult) error {
 	received := now
 	if ev != nil {
-		received = ev.receivedAt
+		received = ev.ReceivedAt
 	}
 	for j := range p.Statuses {
 		st := &p.Statuses[j]
-		prepareStatus(st, p.EventID, ev)
+		store.PrepareStatus(st, p.EventID, ev)
 		st.ReceivedAt = received
 		id := s.ids.New(now)
 		r, err := ts.exec(ctx, insertEvidenceSQL, id, st.EventID, st.Provider, st.Identity, st.DedupeKey, st.ProviderID,
@@ -387,7 +380,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 	}
 	for j := range p.Inbound {
 		in := &p.Inbound[j]
-		prepareInbound(in, p.EventID, j, ev)
+		store.PrepareInbound(in, p.EventID, j, ev)
 		if in.ReceivedAt.IsZero() {
 			in.ReceivedAt = received
 		}
@@ -986,22 +979,4 @@ func (s *Store) WebhookPurge(ctx context.Context, p *store.PurgeParams) (*store.
 		}
 	}
 	return res, nil
-}
-
-// prepareStatus and prepareInbound complete parsed items with what the
-// stored event says (ev is nil for an event this store does not have).
-func prepareStatus(st *store.StatusEvidence, eventID string, ev *storedEvent) {
-	var provider, identity string
-	if ev != nil {
-		provider, identity = ev.provider, ev.identity
-	}
-	store.PrepareStatus(st, eventID, provider, identity)
-}
-
-func prepareInbound(in *store.Inbound, eventID string, j int, ev *storedEvent) {
-	var provider, identity string
-	if ev != nil {
-		provider, identity = ev.provider, ev.identity
-	}
-	store.PrepareInbound(in, eventID, j, provider, identity)
 }
