@@ -45,7 +45,6 @@ type rig struct {
 	st  store.Store
 	srv *httptest.Server
 	rcv *webhook.Receiver
-	now time.Time
 }
 
 func newRig(t *testing.T, maxBody int64) *rig {
@@ -54,7 +53,7 @@ func newRig(t *testing.T, maxBody int64) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{st: st, now: time.Now()}
+	r := &rig{st: st}
 	r.rcv = webhook.NewReceiver(webhook.Config{
 		Store:        st,
 		WhatsApp:     []webhook.AppSecret{{Identity: "shop", Secret: []byte(appSecret)}},
