@@ -43,7 +43,9 @@ func newResolveCmd(a *app) *cobra.Command {
 		Short: "Record a person's verdict on a message nobody knows the outcome of",
 		Long: `Record an operator's verdict on an uncertain message: one in unknown (a call may
 have reached the phone and no evidence says so), or one still in sending whose
-drain vanished (its lease has expired; msgq stuck lists it).
+drain vanished (its lease is over: it ended at least 5s ago, the takeover
+margin that lets a drain which checked its lease just before the end finish
+its call; msgq stuck lists it then).
 
 --as sent: it went out (the customer has it). --as failed: it did not, and the
 row becomes failed(resolved); only then is 'msgq resend' allowed without
@@ -153,12 +155,12 @@ func machineAllows(verb string, m *store.Message, ev state.Event) error {
 func transitionError(verb string, m *store.Message, err error) error {
 	switch {
 	case errors.Is(err, store.ErrLeaseLive):
-		until := "-"
+		until, over := "-", "-"
 		if m.LeaseUntil != nil {
-			until = stamp(*m.LeaseUntil)
+			until, over = stamp(*m.LeaseUntil), stamp(m.LeaseUntil.Add(store.TakeoverMargin))
 		}
-		return refusedf(store.ErrLeaseLive, "cannot %s %s: it is sending and its drain's lease is live until %s: the call may still be answered; wait until the lease expires (msgq stuck lists the row then)",
-			verb, rowLabel(m), until)
+		return refusedf(store.ErrLeaseLive, "cannot %s %s: it is sending and its drain's lease is live until %s, taken over only %s later (%s): the call may still be answered; wait until then (msgq stuck lists the row then)",
+			verb, rowLabel(m), until, store.TakeoverMargin, over)
 	case errors.Is(err, store.ErrStale):
 		return refusedf(store.ErrStale, "cannot %s %s: it changed while this ran (it was %s); look again with msgq show %s",
 			verb, rowLabel(m), stateLabel(m), m.ID)

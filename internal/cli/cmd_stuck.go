@@ -41,8 +41,10 @@ func newStuckCmd(a *app) *cobra.Command {
 		Use:   "stuck",
 		Short: "Messages that may have gone out and that nobody has settled, oldest first",
 		Long: `List the messages a person must look at, oldest first:
-  - sending rows whose lease has expired (their drain vanished mid-call; listed
-    at any age), or whose claim is older than --older-than;
+  - sending rows whose lease is over (their drain vanished mid-call; listed at
+    any age once the lease ended 5s ago, the takeover margin: until then a
+    drain that checked its lease just before the end may still be calling),
+    or whose claim is older than --older-than;
   - unknown rows (a call may have reached the phone) older than --older-than.
 Age is the time since the row entered its state.
 
@@ -102,9 +104,9 @@ func runStuck(ctx context.Context, a *app, o *stuckOptions) error {
 	for i := range ms {
 		m := &ms[i]
 		rows[i] = stuckRow{&m.Message, m.LastCode, now.Sub(m.UpdatedAt),
-			m.State == state.Sending && m.LeaseUntil != nil && !m.LeaseUntil.After(now)}
+			m.State == state.Sending && m.LeaseUntil != nil && store.LeaseOver(*m.LeaseUntil, now)}
 	}
-	if err := printStuck(a, rows); err != nil {
+	if err := printStuck(a, rows, now); err != nil {
 		return err
 	}
 	if len(rows) == o.limit {
@@ -116,7 +118,7 @@ func runStuck(ctx context.Context, a *app, o *stuckOptions) error {
 	return nil
 }
 
-func printStuck(a *app, rows []stuckRow) error {
+func printStuck(a *app, rows []stuckRow, now time.Time) error {
 	if a.cfg.Output == outJSON {
 		return printJSON(a.ios.Out, rows)
 	}
@@ -129,8 +131,12 @@ func printStuck(a *app, rows []stuckRow) error {
 		lease := "-"
 		if r.State == state.Sending {
 			lease = "live until " + stampPtr(r.LeaseUntil)
-			if r.LeaseExpired {
+			switch {
+			case r.LeaseExpired:
 				lease = "expired"
+			case r.LeaseUntil != nil && !r.LeaseUntil.After(now):
+				// Ended, but within the takeover margin.
+				lease = "ended " + stamp(*r.LeaseUntil) + ", taken over from " + stamp(r.LeaseUntil.Add(store.TakeoverMargin))
 			}
 		}
 		out = append(out, []string{r.ID, r.Key, string(r.State), lease, r.Identity, phone.Mask(r.To), ageLabel(r.Age),

@@ -42,8 +42,10 @@ type Config struct {
 	// Owner names this drain in leases; unique per process.
 	Owner string
 	// Lease is how long a claim lasts. It must cover the wait for the
-	// row's pacing slot, the call and writing the outcome; a row whose
-	// lease expires is never sent again automatically.
+	// row's pacing slot and the call with CallMargin to spare: a call
+	// starts only while the lease, measured from before the claim was
+	// asked for, has that much left (see LeaseCheck). A row whose lease
+	// ran out is never sent again automatically.
 	Lease time.Duration
 	// CallTimeout bounds one provider call.
 	CallTimeout time.Duration
@@ -79,7 +81,27 @@ type Config struct {
 	Now  func() time.Time
 	Rand func() float64
 	Log  *slog.Logger
+
+	// Mono and Wall are the two clocks a lease is measured with; nil
+	// means the host's. Mono counts elapsed time and is never stepped,
+	// but (on Linux) stands still while the host is suspended; Wall keeps
+	// counting through a suspend and a VM pause, but can be stepped. A
+	// lease is trusted only as far as both say it lasts.
+	Mono func() time.Duration
+	Wall func() time.Time
 }
+
+// CallMargin is how long before its lease ends, by the drain's own
+// clocks, a call must be over: it covers the moments between the lease
+// check and the request leaving, and a call's timeout firing a little
+// late on a loaded host. With the takeover side's own margin
+// (store.TakeoverMargin, past lease_until) it is the slack between the
+// last moment a drain can be calling and the first moment another
+// process may take the row over.
+const CallMargin = time.Second
+
+// processStart anchors the default monotonic clock.
+var processStart = time.Now()
 
 // Summary counts what a run did. Field names are a JSON contract.
 type Summary struct {
@@ -91,9 +113,14 @@ type Summary struct {
 	Paused  int `json:"paused"`
 	// Unrecorded counts outcomes the store would not take before the run
 	// had to end: those rows stay in sending, visible, never resent.
-	Unrecorded int     `json:"unrecorded"`
-	LeaseLost  int     `json:"lease_lost"`
-	Seconds    float64 `json:"seconds"`
+	Unrecorded int `json:"unrecorded"`
+	// LeaseLost counts outcomes that found the row taken over (their
+	// answers are kept on it as evidence, not applied).
+	LeaseLost int `json:"lease_lost"`
+	// GivenBack counts rows given back without a call because the lease
+	// check failed (the process was frozen, or a clock jumped).
+	GivenBack int     `json:"given_back"`
+	Seconds   float64 `json:"seconds"`
 }
 
 func (c *Config) defaults() error {
@@ -130,6 +157,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Mono == nil {
+		c.Mono = func() time.Duration { return time.Since(processStart) }
+	}
+	if c.Wall == nil {
+		c.Wall = func() time.Time { return time.Now().Round(0) } // Round(0): the wall reading alone
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -287,6 +320,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			waitOne(ctx, done, time.Second)
 			continue
 		}
+		// The lease is counted from before the claim is asked for: the
+		// store sets it no earlier, so it lasts at least this long.
+		asked := LeaseStart{Mono: cfg.Mono(), Wall: cfg.Wall()}
 		cs, err := cfg.Store.MessageClaim(ctx, &store.ClaimParams{Owner: cfg.Owner, LeaseFor: cfg.Lease, Limit: want,
 			Lane: cfg.Lane, Identities: d.names, Pacing: d.pacing})
 		if err != nil {
@@ -337,7 +373,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 					default:
 					}
 				}()
-				d.send(callCtx, &c)
+				d.send(callCtx, &c, asked)
 			}(cs[i])
 		}
 	}
@@ -394,15 +430,66 @@ func (d *drainer) writeOutcomes(params []store.TransitionParams) ([]store.Transi
 	}
 }
 
-// send makes one call for a claimed row and records its outcome.
-func (d *drainer) send(ctx context.Context, c *store.Claimed) {
+// LeaseStart is when a claim was asked for, on both of the drain's
+// clocks (Config.Mono, Config.Wall).
+type LeaseStart struct {
+	Mono time.Duration
+	Wall time.Time
+}
+
+// LeaseCheck says whether a call that starts after waiting wait can be
+// over CallMargin before a lease of length lease, asked for at start,
+// runs out, by both clocks as they read now (mono, wall). When it cannot,
+// why says by how much the lease falls short and by which clock. A wall
+// clock stepped back counts for nothing (the monotonic clock decides); one
+// stepped forward, or a host that was suspended, makes the wall clock
+// decide.
+func LeaseCheck(start LeaseStart, lease, callTimeout, wait time.Duration, mono time.Duration, wall time.Time) (ok bool, why string) {
+	byMono := lease - (mono - start.Mono)
+	byWall := lease - wall.Sub(start.Wall)
+	left, clock := byMono, "monotonic"
+	if byWall < byMono {
+		left, clock = byWall, "wall"
+	}
+	need := callTimeout + CallMargin
+	if wait = max(wait, 0); left-wait >= need {
+		return true, ""
+	}
+	if wait > 0 {
+		return false, fmt.Sprintf("the pacing slot is %s away and would leave %s of the %s lease by the %s clock; the call needs %s (call timeout) + %s",
+			round(wait), round(left-wait), lease, clock, callTimeout, CallMargin)
+	}
+	return false, fmt.Sprintf("%s of the %s lease left by the %s clock; the call needs %s (call timeout) + %s",
+		round(left), lease, clock, callTimeout, CallMargin)
+}
+
+func round(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+
+// leaseOK runs LeaseCheck on the drain's clocks.
+func (d *drainer) leaseOK(start LeaseStart, wait time.Duration) (bool, string) {
+	return LeaseCheck(start, d.cfg.Lease, d.cfg.CallTimeout, wait, d.cfg.Mono(), d.cfg.Wall())
+}
+
+// send makes one call for a claimed row and records its outcome. It
+// calls only while the lease, counted from start, provably covers the
+// whole call: a drain that was frozen (SIGSTOP, a VM pause, swap, a
+// suspended laptop) wakes up to give rows back, never to call on a lease
+// that another process may have taken over.
+func (d *drainer) send(ctx context.Context, c *store.Claimed, start LeaseStart) {
 	cfg := d.cfg
 	id := cfg.Identities[c.Identity]
 	log := cfg.Log.With("id", c.ID, "key", c.Key, "to", phone.Mask(c.To), "identity", c.Identity, "attempt", c.Attempts)
 
+	// A slot that would end too close to the lease's end: give the row
+	// back now rather than wait for a call that could not be made.
+	wait := c.SlotAt.Sub(cfg.Now())
+	if ok, why := d.leaseOK(start, wait); !ok {
+		d.giveBack(c, log, why)
+		return
+	}
 	// Wait for the pacing slot. If the run is cut off first, no call was
 	// made: the row goes back to the queue (a definite retry).
-	if wait := c.SlotAt.Sub(cfg.Now()); wait > 0 {
+	if wait > 0 {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -438,6 +525,12 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 			return
 		}
 	}
+	// Right before the call, after the slot wait and the window read
+	// (either may have been long, or the process frozen meanwhile).
+	if ok, why := d.leaseOK(start, 0); !ok {
+		d.giveBack(c, log, why)
+		return
+	}
 	callCtx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
 	started := cfg.Now()
 	res := id.Provider.Send(callCtx, msg)
@@ -456,6 +549,39 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 	dec := table.Decide(retry.Outcome{Class: res.Class, RetryAfter: res.RetryAfter, Idempotent: id.Provider.Idempotent()},
 		c.Attempts, expires)
 	d.record(c, log, res, dec, started, finished, note)
+}
+
+// giveBack returns a claimed row to the queue without a call: the lease
+// check failed. The attempt the claim counted is given back (NoCall), the
+// row's last error is left alone, and the history says why. If the row
+// was taken over meanwhile, the entry is kept on it all the same (not
+// applied): it shows this drain made no call.
+func (d *drainer) giveBack(c *store.Claimed, log *slog.Logger, why string) {
+	log.Warn("lease check failed: row given back without a call", "why", why)
+	d.add(func(s *Summary) { s.GivenBack++ })
+	p := store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: d.cfg.Owner, LeaseUntil: leaseUntil(c), KeepIfStale: true,
+		Event: state.Event{Kind: state.Retry}, NoCall: true, Source: store.SourceDrain, NextAttemptAt: d.cfg.Now(),
+		Detail: "lease check: " + why + ": given back without a call"}
+	d.outcomes <- &outcome{p: p, finish: func(r store.TransitionResult) {
+		switch {
+		case errors.Is(r.Err, store.ErrStale):
+			log.Warn("the row given back had been taken over already; the give-back is noted on it", "err", r.Err)
+			d.add(func(s *Summary) { s.LeaseLost++ })
+		case r.Err != nil:
+			// The row stays in sending under its lease, never called:
+			// reconcile takes it over once the lease is over.
+			log.Error("give back", "err", r.Err)
+			d.add(func(s *Summary) { s.Unrecorded++ })
+		}
+	}}
+}
+
+// leaseUntil is the claim's own lease end (zero if the store gave none).
+func leaseUntil(c *store.Claimed) time.Time {
+	if c.LeaseUntil == nil {
+		return time.Time{}
+	}
+	return *c.LeaseUntil
 }
 
 // fallbackLang is the language for a fallback template: the row's own if it
@@ -511,7 +637,10 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 	if note != "" {
 		det = note + "; " + det
 	}
-	p := &store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: cfg.Owner, Event: ev, MaybeSent: maybeSent,
+	// KeepIfStale: an answer that finds the row taken over (a late answer
+	// after a freeze) is kept on it as evidence, never dropped.
+	p := &store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: cfg.Owner, LeaseUntil: leaseUntil(c), KeepIfStale: true,
+		Event: ev, MaybeSent: maybeSent,
 		NoCall: started.IsZero(), Source: store.SourceDrain, Detail: det, NextAttemptAt: dec.At, ProviderID: res.ProviderID}
 	if res.Class != retry.Accepted {
 		p.LastError = lastError(res)
@@ -530,8 +659,9 @@ func (d *drainer) recorded(log *slog.Logger, res provider.Result, dec retry.Deci
 	switch {
 	case errors.Is(err, store.ErrStale):
 		// Someone else (reconcile, an operator) took the row after our
-		// lease expired; their word stands.
-		log.Warn("lease lost before the outcome was recorded", "outcome", dec.Action, "err", err)
+		// lease expired; their word stands. The store kept this answer
+		// on the row (its attempt, and history not applied).
+		log.Warn("lease lost before the outcome was recorded; kept on the row as evidence, not applied", "outcome", dec.Action, "err", err)
 		d.add(func(s *Summary) { s.LeaseLost++ })
 		return
 	case err != nil:

@@ -188,12 +188,74 @@ func ParseMigrations(fsys fs.FS, dir string) ([]Migration, error) {
 }
 
 // NeedsExpiredLease says an event may move a sending row only once its
-// lease has expired (ErrLeaseLive otherwise): an operator's verdict and
-// reconcile's takeovers are for rows whose drain vanished, and a live
+// lease is over (LeaseOver; ErrLeaseLive otherwise): an operator's verdict
+// and reconcile's takeovers are for rows whose drain vanished, and a live
 // lease means a drain still owns the answer. The machine cannot see
 // leases; the stores check this.
 func NeedsExpiredLease(k state.Kind) bool {
 	return k == state.Resolve || k == state.LeaseExpired || k == state.LeaseRequeue
+}
+
+// TakeoverMargin is how long after its lease_until a sending row still
+// belongs to its drain: reconcile, an operator's verdict and msgq stuck's
+// "expired" all wait this long past the lease's end before they take the
+// row over.
+//
+// A drain starts a call only while its lease, measured on its own
+// monotonic and wall clocks from before it asked for the claim, has the
+// call's whole timeout plus a margin left (internal/drain), so every call
+// it makes is cut off before lease_until. This margin covers what that
+// measurement cannot see from the other side: a holder's call cut off
+// late by a loaded or briefly stalled host (a second or two), and the
+// offset between the holder's clock and the clock of the host taking
+// over, which NTP keeps to milliseconds and which past 2 s is a fault to
+// fix. 5 s covers both with room to spare; it is a constant, not a
+// setting, because every process on every host must wait the same.
+const TakeoverMargin = 5 * time.Second
+
+// LeaseOver says a lease that ends at until may be taken over at now: it
+// ended TakeoverMargin ago or more.
+func LeaseOver(until, now time.Time) bool { return !now.Before(until.Add(TakeoverMargin)) }
+
+// LeaseLiveError is the ErrLeaseLive of a takeover tried too early.
+func LeaseLiveError(id, owner string, until time.Time) error {
+	return fmt.Errorf("%w: message %s is leased by %s until %s (taken over from %s: lease end + %s margin)", ErrLeaseLive, id, owner,
+		until.UTC().Format(time.RFC3339), until.Add(TakeoverMargin).UTC().Format(time.RFC3339), TakeoverMargin)
+}
+
+// LeaseMatches says a row's current lease (owner, until) is the one p was
+// made under: the same owner and, when p names it, the same lease_until.
+// A later claim of the row by the same drain (after reconcile queued it
+// again) is another lease: an answer from the first must not land on it.
+func (p *TransitionParams) LeaseMatches(owner string, until *time.Time) bool {
+	if p.LeaseOwner == "" {
+		return true
+	}
+	if owner != p.LeaseOwner {
+		return false
+	}
+	if p.LeaseUntil.IsZero() {
+		return true
+	}
+	return until != nil && until.UTC().Truncate(Resolution).Equal(p.LeaseUntil.UTC().Truncate(Resolution))
+}
+
+// StaleDetail is the history detail of a transition kept as evidence
+// (TransitionParams.KeepIfStale) on a row that moved on: the row's state
+// and lease now, then the caller's own detail.
+func StaleDetail(p *TransitionParams, cur state.State, owner string, until *time.Time) string {
+	now := string(cur)
+	switch {
+	case owner != "" && owner == p.LeaseOwner:
+		now += " under a later lease of the same drain"
+	case owner != "":
+		now += ", leased by " + owner
+	}
+	who := "the caller"
+	if p.LeaseOwner != "" {
+		who = p.LeaseOwner
+	}
+	return fmt.Sprintf("not applied: the row moved on before %s recorded this (it is %s): %s", who, now, p.Detail)
 }
 
 // Validate checks a stuck filter.

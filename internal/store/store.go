@@ -73,12 +73,14 @@ type Store interface {
 
 	// MessageTransition applies one event to the row p.ID through
 	// state.Transition, conditionally on the row still being in p.From (and
-	// leased by p.LeaseOwner when that is set), writing a history row and,
-	// when p.Attempt is set, an attempt row in the same transaction.
-	// Errors: ErrNotFound; ErrStale when the row moved on (another writer
-	// won); ErrLeaseLive for an operator verdict on a sending row whose
-	// lease has not expired; *state.RefusedError when the machine refuses
-	// the event.
+	// under the lease p.LeaseOwner, p.LeaseUntil when set), writing a
+	// history row and, when p.Attempt is set, an attempt row in the same
+	// transaction. Errors: ErrNotFound; ErrStale when the row moved on
+	// (another writer won; with p.KeepIfStale the attempt and a not-applied
+	// history row are written all the same); ErrLeaseLive for an operator
+	// verdict or a takeover of a sending row whose lease is not over
+	// (LeaseOver: TakeoverMargin past lease_until); *state.RefusedError
+	// when the machine refuses the event.
 	MessageTransition(ctx context.Context, p *TransitionParams) (*Message, error)
 
 	// MessageTransitionMany applies several transitions in one durable
@@ -120,7 +122,7 @@ type Store interface {
 	IdentityStates(ctx context.Context) ([]IdentityState, error)
 
 	// MessageStuck returns the rows a person must look at: rows in sending
-	// whose lease has expired or whose claim is older than p.OlderThan,
+	// whose lease is over (LeaseOver) or whose claim is older than p.OlderThan,
 	// and rows in unknown older than p.OlderThan, oldest first, each with
 	// the provider code of its last attempt. Errors: *InvalidError for a
 	// bad filter.
@@ -151,8 +153,9 @@ type StuckParams struct {
 	OlderThan time.Duration
 	// State limits the list to sending or unknown ("" for both).
 	State state.State
-	// LeaseExpired lists only sending rows whose lease has expired (what
-	// reconcile takes over), whatever OlderThan says.
+	// LeaseExpired lists only sending rows whose lease is over (LeaseOver:
+	// TakeoverMargin past lease_until; what reconcile takes over), whatever
+	// OlderThan says.
 	LeaseExpired bool
 	Tenant       string
 	Identity     string
@@ -439,6 +442,18 @@ type TransitionParams struct {
 	// LeaseOwner, when set, makes the write conditional on the caller still
 	// holding the row's lease.
 	LeaseOwner string
+	// LeaseUntil, with LeaseOwner, narrows that to the one lease the
+	// caller was given (Claimed.LeaseUntil): the same drain may claim the
+	// row again after reconcile queued it, and an answer from the first
+	// claim must not be taken for the second's.
+	LeaseUntil time.Time
+	// KeepIfStale keeps the caller's word when the write loses because
+	// the row moved on (ErrStale): the attempt, when set, and a history
+	// entry (applied false, from and to the row's current state, detail
+	// StaleDetail) are written instead of the change, and the error is
+	// still ErrStale. A drain's late answer is evidence an operator must
+	// see, never dropped.
+	KeepIfStale bool
 	// Now is the time of the change; zero means the store's clock.
 	Now time.Time
 	// NextAttemptAt schedules the row when the event puts it back in queued.

@@ -441,19 +441,26 @@ func (s *Store) MessageAttempts(ctx context.Context, id string) ([]store.Attempt
 // conditionally on the state (and lease) the caller read.
 func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams) (*store.Message, error) {
 	var m *store.Message
+	var itemErr error
 	err := s.inTx(ctx, "transition", func(tx pgx.Tx) error {
 		out, err := s.transitionMany(ctx, tx, []store.TransitionParams{*p})
 		if err != nil {
 			return err
 		}
-		if out[0].Err != nil {
-			return out[0].Err
+		if itemErr = out[0].Err; itemErr != nil {
+			if p.KeepIfStale && errors.Is(itemErr, store.ErrStale) {
+				return nil // the stale transition's evidence is written: commit it
+			}
+			return itemErr
 		}
 		m, err = getOne(ctx, tx, "SELECT "+messageCols+" FROM messages WHERE id = $1", p.ID)
 		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if itemErr != nil {
+		return nil, itemErr
 	}
 	return m, nil
 }
@@ -564,6 +571,7 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 	if err != nil {
 		return err
 	}
+	var kept []keptTransition
 	for _, i := range recheck {
 		p := &ps[i]
 		out[i].State = ""
@@ -572,15 +580,61 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 			out[i].Err = store.ErrNotFound
 			continue
 		}
-		if _, _, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil); err != nil {
+		if _, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil); err != nil {
 			out[i].Err = err
+			if p.KeepIfStale && errors.Is(err, store.ErrStale) {
+				kept = append(kept, keptTransition{p, r, now})
+			}
 			continue
 		}
 		// The row matches now, but did not when the write ran: it changed
 		// in between, so what the caller read is stale all the same.
 		out[i].Err = fmt.Errorf("%w: message %s changed while the transition was written", store.ErrStale, p.ID)
+		if p.KeepIfStale {
+			kept = append(kept, keptTransition{p, r, s.clock()})
+		}
+	}
+	return keepStale(ctx, tx, kept)
+}
+
+// keptTransition is a transition that lost to a row that moved on, kept
+// as evidence (TransitionParams.KeepIfStale).
+type keptTransition struct {
+	p   *store.TransitionParams
+	r   *rowState
+	now time.Time
+}
+
+// keepStale records ks: each one's attempt and a history entry that
+// changes nothing. The rows themselves are not touched. Stale answers
+// are rare (a drain that lost its lease), so one statement each will do.
+func keepStale(ctx context.Context, tx dbtx, ks []keptTransition) error {
+	for _, k := range ks {
+		p, cur := k.p, state.State(k.r.state)
+		if err := execQuery(ctx, tx, "INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
+			"SELECT $1, $2, $2, '', $3, false, $4, $5, $6, coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
+			p.ID, string(cur), p.Event.String(), p.Source, store.StaleDetail(p, cur, k.r.leaseOwner, k.r.leaseUntil), k.now); err != nil {
+			return fmt.Errorf("postgres: transition history: %w", err)
+		}
+		if a := p.Attempt; a != nil {
+			if err := execQuery(ctx, tx, "INSERT INTO attempts ("+attemptCols+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+				p.ID, a.Number, a.StartedAt.UTC().Truncate(store.Resolution), a.FinishedAt.UTC().Truncate(store.Resolution), a.Class,
+				a.HTTPStatus, a.ProviderCode, a.ProviderSubcode, a.RawError, a.Latency.Microseconds()); err != nil {
+				return fmt.Errorf("postgres: transition attempt: %w", err)
+			}
+		}
 	}
 	return nil
+}
+
+// execQuery runs a statement that returns no rows through dbtx.
+func execQuery(ctx context.Context, tx dbtx, sql string, args ...any) error {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	rows.Close()
+	return rows.Err()
 }
 
 func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.TransitionParams, out []store.TransitionResult) error {
@@ -595,6 +649,7 @@ func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.Tran
 		return err
 	}
 	var checked []checkedTransition
+	var kept []keptTransition
 	seen := make(map[string]bool, len(ps))
 	distinct := true
 	for i := range ps {
@@ -607,6 +662,10 @@ func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.Tran
 		res, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil)
 		if err != nil {
 			out[i].Err = err // every check failure is the item's own
+			if p.KeepIfStale && errors.Is(err, store.ErrStale) {
+				rc := *r // as it is now: later items may change r
+				kept = append(kept, keptTransition{p, &rc, now})
+			}
 			continue
 		}
 		checked = append(checked, checkedTransition{i: i, p: p, res: res, now: now})
@@ -620,6 +679,9 @@ func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.Tran
 				r.leaseOwner, r.leaseUntil = "", nil
 			}
 		}
+	}
+	if err := keepStale(ctx, tx, kept); err != nil {
+		return err
 	}
 	if len(checked) == 0 {
 		return nil
@@ -700,9 +762,9 @@ type checkedTransition struct {
 const transitionSQL = `WITH v AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::boolean[], $6::text[], $7::text[],
 		$8::boolean[], $9::timestamptz[], $10::text[], $11::boolean[], $12::boolean[], $13::text[], $14::text[],
-		$15::text[], $16::text[], $17::text[])
+		$15::text[], $16::text[], $17::text[], $28::timestamptz[])
 	AS v(id, from_state, owner, at, applied, to_state, reason, clear_lease, next_at, provider_id, maybe_sent, no_call,
-		last_error, resolution, event, source, detail)
+		last_error, resolution, event, source, detail, lease_until)
 ), u AS (
 	UPDATE messages m SET
 		updated_at = v.at,
@@ -717,7 +779,8 @@ const transitionSQL = `WITH v AS (
 		last_error = CASE WHEN v.last_error <> '' THEN v.last_error ELSE m.last_error END,
 		resolution = CASE WHEN v.resolution <> '' THEN v.resolution ELSE m.resolution END
 	FROM v
-	WHERE m.id = v.id AND m.state = v.from_state AND (v.owner = '' OR m.lease_owner = v.owner)
+	WHERE m.id = v.id AND m.state = v.from_state
+		AND (v.owner = '' OR (m.lease_owner = v.owner AND (v.lease_until IS NULL OR m.lease_until = v.lease_until)))
 	RETURNING m.id
 ), h AS (
 	INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
@@ -748,7 +811,7 @@ func writeTransitions(ctx context.Context, tx dbtx, cs []checkedTransition) (map
 		providerIDs, lastErrors, resolutions   = make([]string, n), make([]string, n), make([]string, n)
 		events, sources, details               = make([]string, n), make([]string, n), make([]string, n)
 		ats                                    = make([]time.Time, n)
-		nexts                                  = make([]*time.Time, n)
+		nexts, leaseUntils                     = make([]*time.Time, n), make([]*time.Time, n)
 		applied, clearLease, maybeSent, noCall = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
 
 		aIDs, aClass, aCode, aSubcode, aRaw = []string{}, []string{}, []string{}, []string{}, []string{}
@@ -759,6 +822,10 @@ func writeTransitions(ctx context.Context, tx dbtx, cs []checkedTransition) (map
 	for i, c := range cs {
 		p, res := c.p, c.res
 		ids[i], froms[i], owners[i], ats[i] = p.ID, string(p.From), p.LeaseOwner, c.now
+		if p.LeaseOwner != "" && !p.LeaseUntil.IsZero() {
+			lu := p.LeaseUntil.UTC().Truncate(store.Resolution)
+			leaseUntils[i] = &lu
+		}
 		applied[i], toStates[i], reasons[i] = res.Applied, string(res.To), string(res.Reason)
 		clearLease[i] = res.Applied && res.To != state.Sending
 		if res.Applied && res.To == state.Queued {
@@ -780,7 +847,7 @@ func writeTransitions(ctx context.Context, tx dbtx, cs []checkedTransition) (map
 	}
 	rs, err := tx.Query(ctx, transitionSQL, ids, froms, owners, ats, applied, toStates, reasons, clearLease, nexts,
 		providerIDs, maybeSent, noCall, lastErrors, resolutions, events, sources, details,
-		aIDs, aNum, aStart, aEnd, aClass, aHTTP, aCode, aSubcode, aRaw, aLatency)
+		aIDs, aNum, aStart, aEnd, aClass, aHTTP, aCode, aSubcode, aRaw, aLatency, leaseUntils)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: transition: %w", err)
 	}
@@ -815,14 +882,14 @@ func (s *Store) checkTransition(p *store.TransitionParams, cur, leaseOwner strin
 	if p.Now.IsZero() {
 		now = s.clock()
 	}
-	if state.State(cur) != p.From || (p.LeaseOwner != "" && leaseOwner != p.LeaseOwner) {
+	if state.State(cur) != p.From || !p.LeaseMatches(leaseOwner, leaseUntil) {
 		return res, now, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
 	}
 	// A verdict on a sending row is only for one whose drain vanished: a
-	// live lease means a drain still owns the answer.
-	if store.NeedsExpiredLease(p.Event.Kind) && cur == string(state.Sending) && leaseUntil != nil && leaseUntil.After(now) {
-		return res, now, fmt.Errorf("%w: message %s is leased by %s until %s", store.ErrLeaseLive, p.ID, leaseOwner,
-			leaseUntil.UTC().Format(time.RFC3339))
+	// lease not over yet (its end plus the takeover margin) means a drain
+	// may still be mid-call and owns the answer.
+	if store.NeedsExpiredLease(p.Event.Kind) && cur == string(state.Sending) && leaseUntil != nil && !store.LeaseOver(*leaseUntil, now) {
+		return res, now, store.LeaseLiveError(p.ID, leaseOwner, *leaseUntil)
 	}
 	return res, now, nil
 }

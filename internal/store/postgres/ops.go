@@ -24,7 +24,8 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	if p.Now.IsZero() {
 		now = s.clock()
 	}
-	args := []any{now}
+	// $1: a lease is over (store.LeaseOver) a margin after its lease_until.
+	args := []any{now.Add(-store.TakeoverMargin)}
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))

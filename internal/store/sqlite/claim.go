@@ -86,7 +86,7 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	if err != nil {
 		return nil, err
 	}
-	until := now.Add(p.LeaseFor)
+	until := now.Add(p.LeaseFor).Truncate(store.Resolution)
 	var claimed []store.Claimed
 	for _, m := range cands {
 		if len(claimed) == p.Limit {

@@ -406,6 +406,12 @@ func (s *Store) MessageTransition(ctx context.Context, p *store.TransitionParams
 	ts := newTxStmts(tx)
 	defer ts.close()
 	if _, err := s.applyTransition(ctx, ts, p); err != nil {
+		if p.KeepIfStale && errors.Is(err, store.ErrStale) {
+			// The evidence of the stale transition is written: keep it.
+			if cerr := tx.Commit(); cerr != nil {
+				return nil, fmt.Errorf("sqlite: transition: commit: %w", cerr)
+			}
+		}
 		return nil, err
 	}
 	m, err := s.getOne(ctx, tx, "SELECT "+messageCols+" FROM messages WHERE id = ?", p.ID)
@@ -480,14 +486,21 @@ func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.Trans
 	if err != nil {
 		return res, fmt.Errorf("sqlite: transition: %w", err)
 	}
-	if state.State(cur) != p.From || (p.LeaseOwner != "" && leaseOwner != p.LeaseOwner) {
-		return res, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
+	until := fromNullMicros(leaseUntil)
+	if state.State(cur) != p.From || !p.LeaseMatches(leaseOwner, until) {
+		stale := fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
+		if p.KeepIfStale {
+			if err := s.keepStale(ctx, tx, p, state.State(cur), leaseOwner, until, now); err != nil {
+				return res, err
+			}
+		}
+		return res, stale
 	}
 	// A verdict on (or a takeover of) a sending row is only for one whose
-	// drain vanished: a live lease means a drain still owns the answer.
-	if store.NeedsExpiredLease(p.Event.Kind) && cur == string(state.Sending) && leaseUntil.Valid && fromMicros(leaseUntil.Int64).After(now) {
-		return res, fmt.Errorf("%w: message %s is leased by %s until %s", store.ErrLeaseLive, p.ID, leaseOwner,
-			fromMicros(leaseUntil.Int64).Format(time.RFC3339))
+	// drain vanished: a lease not over yet (its end plus the takeover
+	// margin) means a drain may still be mid-call and owns the answer.
+	if store.NeedsExpiredLease(p.Event.Kind) && cur == string(state.Sending) && until != nil && !store.LeaseOver(*until, now) {
+		return res, store.LeaseLiveError(p.ID, leaseOwner, *until)
 	}
 
 	set := []string{"updated_at = ?"}
@@ -526,6 +539,10 @@ func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.Trans
 	if p.LeaseOwner != "" {
 		q += " AND lease_owner = ?"
 		args = append(args, p.LeaseOwner)
+		if !p.LeaseUntil.IsZero() {
+			q += " AND lease_until = ?"
+			args = append(args, micros(p.LeaseUntil))
+		}
 	}
 	r, err := tx.exec(ctx, q, args...)
 	if err != nil {
@@ -545,14 +562,36 @@ func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.Trans
 		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), applied, p.Source, p.Detail, micros(now), p.ID); err != nil {
 		return res, fmt.Errorf("sqlite: transition history: %w", err)
 	}
-	if a := p.Attempt; a != nil {
-		if _, err := tx.exec(ctx, "INSERT INTO attempts ("+attemptCols+") VALUES "+placeholders(1, 10),
-			p.ID, a.Number, micros(a.StartedAt), micros(a.FinishedAt), a.Class, a.HTTPStatus, a.ProviderCode,
-			a.ProviderSubcode, a.RawError, a.Latency.Microseconds()); err != nil {
-			return res, fmt.Errorf("sqlite: transition attempt: %w", err)
-		}
+	if err := insertAttempt(ctx, tx, p); err != nil {
+		return res, err
 	}
 	return res, nil
+}
+
+// insertAttempt writes p's attempt, if it has one.
+func insertAttempt(ctx context.Context, tx *txStmts, p *store.TransitionParams) error {
+	a := p.Attempt
+	if a == nil {
+		return nil
+	}
+	if _, err := tx.exec(ctx, "INSERT INTO attempts ("+attemptCols+") VALUES "+placeholders(1, 10),
+		p.ID, a.Number, micros(a.StartedAt), micros(a.FinishedAt), a.Class, a.HTTPStatus, a.ProviderCode,
+		a.ProviderSubcode, a.RawError, a.Latency.Microseconds()); err != nil {
+		return fmt.Errorf("sqlite: transition attempt: %w", err)
+	}
+	return nil
+}
+
+// keepStale records a transition that lost to a row that moved on
+// (TransitionParams.KeepIfStale): its attempt and a history entry that
+// changes nothing. The row itself is not touched.
+func (s *Store) keepStale(ctx context.Context, tx *txStmts, p *store.TransitionParams, cur state.State, owner string, until *time.Time, now time.Time) error {
+	if _, err := tx.exec(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, '', ?, 0, ?, ?, ?, "+
+		"coalesce(max(seq), 0) + 1 FROM history WHERE message_id = ?",
+		p.ID, string(cur), string(cur), p.Event.String(), p.Source, store.StaleDetail(p, cur, owner, until), micros(now), p.ID); err != nil {
+		return fmt.Errorf("sqlite: transition history: %w", err)
+	}
+	return insertAttempt(ctx, tx, p)
 }
 
 // txStmts prepares each distinct statement once per transaction: a batch of

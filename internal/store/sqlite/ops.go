@@ -28,13 +28,15 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 		now = s.clock()
 	}
 	cutoff := micros(now.Add(-p.OlderThan))
+	// A lease is over (store.LeaseOver) a margin after its lease_until.
+	over := micros(now.Add(-store.TakeoverMargin))
 	where := []string{inFlight}
 	var args []any
 	if p.LeaseExpired {
-		where, args = append(where, "state = 'sending' AND lease_until <= ?"), append(args, micros(now))
+		where, args = append(where, "state = 'sending' AND lease_until <= ?"), append(args, over)
 	} else {
 		where = append(where, "(updated_at <= ? OR (state = 'sending' AND lease_until <= ?))")
-		args = append(args, cutoff, micros(now))
+		args = append(args, cutoff, over)
 	}
 	if p.State != state.None {
 		where, args = append(where, "state = ?"), append(args, string(p.State))

@@ -107,7 +107,7 @@ func testOps(t *testing.T, h Harness) {
 		_ = b
 	})
 
-	t.Run("a takeover or a verdict waits for the lease to expire", func(t *testing.T) {
+	t.Run("a takeover or a verdict waits for the lease to expire and the takeover margin to pass", func(t *testing.T) {
 		t.Parallel()
 		clk := NewClock(t0)
 		s := h.New(t, clk.Now)
@@ -115,13 +115,29 @@ func testOps(t *testing.T, h Harness) {
 		enqueue(t, s, "k2", nil)
 		c1 := claimOne(t, s, 10*time.Second)
 		c2 := claimOne(t, s, 10*time.Second)
-		for _, ev := range []state.Event{{Kind: state.LeaseExpired}, {Kind: state.LeaseRequeue}, {Kind: state.Resolve, Status: state.Sent}} {
-			_, err := s.MessageTransition(ctx, &store.TransitionParams{ID: c1.ID, From: state.Sending, Event: ev, Source: store.SourceReconcile})
-			if !errors.Is(err, store.ErrLeaseLive) {
-				t.Errorf("%s under a live lease: %v, want ErrLeaseLive", ev, err)
+		refused := func(when string) {
+			t.Helper()
+			for _, ev := range []state.Event{{Kind: state.LeaseExpired}, {Kind: state.LeaseRequeue}, {Kind: state.Resolve, Status: state.Sent}} {
+				_, err := s.MessageTransition(ctx, &store.TransitionParams{ID: c1.ID, From: state.Sending, Event: ev, Source: store.SourceReconcile})
+				if !errors.Is(err, store.ErrLeaseLive) {
+					t.Errorf("%s %s: %v, want ErrLeaseLive", ev, when, err)
+				}
+			}
+			if got := must[[]store.StuckMessage](t)(s.MessageStuck(ctx, &store.StuckParams{LeaseExpired: true})); len(got) != 0 {
+				t.Errorf("stuck lists expired leases %s: %s", when, keysOf(got))
 			}
 		}
-		clk.Advance(11 * time.Second)
+		refused("under a live lease")
+		// The lease has ended, but a drain that checked it just before
+		// the end may still be calling: the row is still its own.
+		clk.Advance(10 * time.Second)
+		refused("at the lease's end")
+		clk.Advance(store.TakeoverMargin - store.Resolution)
+		refused("a moment before the takeover margin has passed")
+		clk.Advance(store.Resolution)
+		if got := must[[]store.StuckMessage](t)(s.MessageStuck(ctx, &store.StuckParams{LeaseExpired: true})); len(got) != 2 {
+			t.Errorf("stuck lists %s once the margin has passed, want both", keysOf(got))
+		}
 		res := must[[]store.TransitionResult](t)(s.MessageTransitionMany(ctx, []store.TransitionParams{
 			{ID: c1.ID, From: state.Sending, Event: state.Event{Kind: state.LeaseExpired}, Source: store.SourceReconcile, Detail: "lease expired"},
 			{ID: c2.ID, From: state.Sending, Event: state.Event{Kind: state.LeaseRequeue}, Source: store.SourceReconcile},
