@@ -61,6 +61,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Concurrency", func(t *testing.T) { t.Parallel(); testConcurrency(t, h) })
 	t.Run("Claim", func(t *testing.T) { t.Parallel(); testClaim(t, h) })
 	t.Run("Ops", func(t *testing.T) { t.Parallel(); testOps(t, h) })
+	t.Run("Lease", func(t *testing.T) { t.Parallel(); testLease(t, h) })
 	t.Run("Webhook", func(t *testing.T) { t.Parallel(); testWebhook(t, h) })
 }
 
