@@ -23,6 +23,7 @@ const maxBody = 1 << 20
 //	POST   /{version}/{phone-number-id}/messages   the WhatsApp Cloud API send
 //	GET    /deliveries                             the delivery log, a JSON array of Delivery
 //	DELETE /deliveries                             empties the delivery log (ResetDeliveries)
+//	GET    /calls                                  the call log, a JSON array of Call
 //
 // Latency and faults apply to the two POSTs only; the look-up and the
 // delivery log always answer at once.
@@ -35,6 +36,14 @@ func (s *Sim) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/messages/{id}", s.httpGet)
 	mux.HandleFunc("POST /{version}/{phone}/messages", s.waSend)
 	mux.HandleFunc("GET /deliveries", s.getDeliveries)
+	mux.HandleFunc("GET /calls", func(w http.ResponseWriter, _ *http.Request) {
+		cs := s.Calls()
+		if cs == nil {
+			cs = []Call{}
+		}
+		resp := response{status: http.StatusOK, body: mustJSON(cs)}
+		resp.write(w)
+	})
 	mux.HandleFunc("DELETE /deliveries", func(w http.ResponseWriter, _ *http.Request) {
 		s.ResetDeliveries()
 		w.WriteHeader(http.StatusNoContent)

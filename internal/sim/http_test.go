@@ -537,3 +537,57 @@ func checkOnce(t *testing.T, ds []sim.Delivery, n int) {
 		t.Error("deliveries out of order")
 	}
 }
+
+// TestTheCallLogHoldsEveryDecidedCall: replays and refusals deliver
+// nothing, yet each is a call, in order, with what became of it.
+func TestTheCallLogHoldsEveryDecidedCall(t *testing.T) {
+	t.Parallel()
+	_, srv := serve(t, cfgWith(nil))
+	u := srv.URL + "/v1/messages"
+	body := httpMsg("r1", "+15551234567", "hi")
+	mustPost(t, u, "order-1", body)
+	mustPost(t, u, "order-1", body)
+	mustPost(t, u, "order-1", httpMsg("r1", "+15551234567", "another text"))
+	mustPost(t, srv.URL+"/v21.0/1234567890/messages", "", waMsg("r2", "+15551234568"))
+	if r, err := post(freshClient(10*time.Second), u, "", "order-2", body); err != nil || r.status != http.StatusUnauthorized {
+		t.Fatalf("unauthenticated: %v %v", r, err)
+	}
+	_, refusing := serve(t, cfgWith(func(c *sim.Config) { c.Fault5xx = 1 }))
+	mustPost(t, refusing.URL+"/v1/messages", "order-3", body)
+
+	resp, err := http.Get(srv.URL + "/calls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var calls []sim.Call
+	if err := json.NewDecoder(resp.Body).Decode(&calls); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range calls {
+		got = append(got, c.API+" "+c.Key+" "+c.Ref+" "+c.Result)
+		if !c.At.Equal(fixedNow) || c.To == "" {
+			t.Errorf("call %+v: want the sim's time and the recipient", c)
+		}
+	}
+	want := []string{"http order-1 r1 delivered", "http order-1 r1 replayed", "http order-1 r1 conflict", "whatsapp  r2 delivered"}
+	if !slices.Equal(got, want) {
+		t.Errorf("calls %q, want %q (an unauthenticated request is no call)", got, want)
+	}
+	if len(deliveries(t, srv.URL)) != 2 {
+		t.Errorf("deliveries: want the two new messages")
+	}
+	resp2, err := http.Get(refusing.URL + "/calls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	var refused []sim.Call
+	if err := json.NewDecoder(resp2.Body).Decode(&refused); err != nil {
+		t.Fatal(err)
+	}
+	if len(refused) != 1 || refused[0].Result != "fault-5xx" {
+		t.Errorf("a refused call: %+v", refused)
+	}
+}

@@ -180,6 +180,24 @@ type Delivery struct {
 	API string    `json:"api"` // APIHTTP, APIWhatsApp or APIInProcess
 }
 
+// Call is one provider call the simulator decided (it passed
+// authentication and validation), whatever became of it: the call log,
+// GET /calls, is the oracle for "no call was made", which the delivery
+// log cannot be where a key's replay delivers nothing. The JSON field
+// names are a contract: add, never rename.
+type Call struct {
+	Key string    `json:"key"`
+	Ref string    `json:"ref"`
+	To  string    `json:"to"`
+	At  time.Time `json:"at"`
+	API string    `json:"api"`
+	// Result is "delivered", "replayed", "conflict", or the fault that
+	// refused it ("fault-429", "fault-5xx", "fault-permanent",
+	// "fault-pair"). A drop or slow fault does not change it: the call
+	// was processed, its answer lost.
+	Result string `json:"result"`
+}
+
 // fault is one decision's fault, in the order the draw tests them.
 type fault uint8
 
@@ -246,6 +264,7 @@ type Sim struct {
 	keys       map[string]keyEntry // accepted idempotency keys
 	ids        map[string]struct{} // msg_ ids, for GET /v1/messages/{id}
 	deliveries []Delivery
+	calls      []Call
 	trace      uint64 // fbtrace_id counter
 
 	wh *webhooks // nil without WebhookURL
@@ -330,6 +349,13 @@ func (s *Sim) Deliveries() []Delivery {
 	return slices.Clone(s.deliveries)
 }
 
+// Calls returns a copy of the call log, in order.
+func (s *Sim) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.calls)
+}
+
 // DeliveryCount is len(Deliveries()) without the copy.
 func (s *Sim) DeliveryCount() int {
 	s.mu.Lock()
@@ -367,6 +393,22 @@ func (s *Sim) pick() fault {
 func (s *Sim) decide(api string, r *request) decision {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	d := s.decideLocked(api, r)
+	res := "delivered"
+	switch {
+	case d.fault.refused():
+		res = faultNames[d.fault]
+	case d.outcome == replayed:
+		res = "replayed"
+	case d.outcome == conflict:
+		res = "conflict"
+	}
+	s.calls = append(s.calls, Call{Key: r.key, Ref: r.ref, To: r.to, At: s.now().UTC(), API: api, Result: res})
+	return d
+}
+
+// decideLocked is decide's decision. s.mu must be held.
+func (s *Sim) decideLocked(api string, r *request) decision {
 	d := decision{fault: s.pick()}
 	idem := api != APIWhatsApp && s.cfg.Idempotent && r.key != ""
 	if d.fault.refused() {
