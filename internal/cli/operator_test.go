@@ -126,7 +126,9 @@ func (e *opEnv) sending(key, identity string, lease time.Duration) *store.Messag
 		e.t.Fatalf("claimed %v, want %s alone", cs, key)
 	}
 	if lease < time.Second {
-		time.Sleep(2 * lease) // let it expire
+		// Let it expire, and the takeover margin pass: only then may
+		// reconcile or a verdict take it over.
+		time.Sleep(2*lease + store.TakeoverMargin)
 	}
 	return &cs[0].Message
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
 )
 
 // TestADrainKilledMidCallIsWalkedToAResendThatGoesOutOnce follows one
@@ -79,8 +80,9 @@ identities:
 		}
 		e.refused(1, `lease is live until`, "resolve", "order-1001-shipped", "--as", "failed", "--note", "x")
 
-		// The lease expires: stuck lists it (exit 4 for cron).
-		time.Sleep(time.Until(*m.LeaseUntil) + 100*time.Millisecond)
+		// The lease expires, and the takeover margin passes: stuck lists
+		// it (exit 4 for cron).
+		time.Sleep(time.Until(m.LeaseUntil.Add(store.TakeoverMargin)) + 100*time.Millisecond)
 		e.jsonOut(4, &rs, "stuck", "--fail-if-any")
 		if len(rs) != 1 || rs[0].ID != orig.ID || !rs[0].LeaseExpired || rs[0].State != "sending" {
 			t.Fatalf("stuck after the lease expired: %+v", rs)

@@ -1,0 +1,308 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// simCall is one entry of the simulator's call log (GET /calls).
+type simCall struct {
+	Key, Ref, To, API, Result string
+	At                        time.Time
+}
+
+func simCalls(t *testing.T, base string) []simCall {
+	t.Helper()
+	resp, err := http.Get(base + "/calls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var cs []simCall
+	if err := json.NewDecoder(resp.Body).Decode(&cs); err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// TestAFrozenDrainWakesUpToGiveRowsBackNeverToCall is issue 12's
+// reproduction, on both stores, with real processes: a `msgq drain
+// --follow` with two paced identities (wa: WhatsApp, no key dedupe; sm:
+// the sim's http API, which deduplicates by key) is frozen with SIGSTOP
+// while it holds leases, some rows waiting for their pacing slot and some
+// mid-call. Past its lease and the takeover margin, reconcile takes the
+// rows over (wa: unknown; sm: queued, maybe_sent), an operator cancels a
+// requeued row, and resolves an unknown row as failed and resends it under
+// a new key. Then SIGCONT. The simulator's call log is the oracle:
+//   - no call after the resume for a row the frozen drain held, except a
+//     later claim's own (recorded as its attempt: reconcile queued the sm
+//     rows again, and the woken drain may claim them anew);
+//   - the canceled row never reaches the phone, and no recipient gets a
+//     message twice (the resent one included);
+//   - every row the frozen drain had not called yet gets a history entry
+//     saying it was given back without a call, and every call it had made
+//     has its attempt on the row (the late answer is evidence, not lost).
+func TestAFrozenDrainWakesUpToGiveRowsBackNeverToCall(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"sqlite", "postgres"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			frozenDrain(t, kind)
+		})
+	}
+}
+
+func frozenDrain(t *testing.T, kind string) {
+	const n = 60
+	ctx := context.Background()
+	// Latency longer than the pacing interval (3/s and 10% headroom:
+	// 367 ms): at any moment a call of each identity is in flight, so the
+	// freeze catches some mid-call (their answers come back late), while
+	// other claimed rows wait for their slots.
+	sim := serveSim(t, "--latency", "600ms")
+	e := newOpEnv(t, kind, fmt.Sprintf(`default_identity: wa
+identities:
+  wa:
+    provider: whatsapp
+    base_url: %[1]s
+    phone_number_id: "1000001"
+    token_env: MSGQ_TEST_TOKEN
+    rate: 3/s
+  sm:
+    provider: sim
+    base_url: %[1]s
+    rate: 3/s
+`, sim))
+	var lines strings.Builder
+	for i := range n {
+		id := []string{"wa", "sm"}[i%2]
+		fmt.Fprintf(&lines, `{"key":"frz-%02d","to":"+1555%07d","identity":"%s","template":"order_update","params":["%d"]}`+"\n", i, i, id, i)
+	}
+	in := filepath.Join(t.TempDir(), "in.jsonl")
+	writeFile(t, in, lines.String())
+	e.run("send", "--file", in)
+
+	d := startDrain(t, e.msgqEnv, "--follow", "--concurrency", "8", "--lease", "12s", "--call-timeout", "2s")
+	pid := d.cmd.Process.Pid
+	// The issue's 2 s, but counted from the drain's first calls: on a
+	// loaded machine the process may take a while to start.
+	for deadline := time.Now().Add(30 * time.Second); len(simCalls(t, sim)) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the drain made no calls in 30s: %s", d.stderr.String())
+		}
+	}
+	time.Sleep(2 * time.Second)
+	// Freeze the drain at a moment it holds rows of both identities it
+	// has not called yet (waiting for their slots) and some it has. The
+	// calls in flight are decided within the sim's latency, so the call
+	// log tells them apart a second later. If the moment was wrong, the
+	// drain goes on (a second's freeze leaves its 12 s leases valid) and
+	// is frozen again a little later.
+	var (
+		stopped     time.Time
+		held        map[string]store.Message
+		last        time.Time
+		perIdentity map[string]int
+	)
+	for try := 0; ; try++ {
+		if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stopped = time.Now()
+		// What the frozen drain holds: rows in sending under its leases.
+		sending, err := e.st.MessageList(ctx, &store.ListParams{State: state.Sending, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, last, perIdentity = map[string]store.Message{}, time.Time{}, map[string]int{}
+		for _, m := range sending {
+			if !strings.Contains(m.LeaseOwner, fmt.Sprintf(":%d:", pid)) {
+				t.Fatalf("row %s is leased by %q, not the only drain (pid %d)", m.Key, m.LeaseOwner, pid)
+			}
+			held[m.ID] = m
+			if m.LeaseUntil.After(last) {
+				last = *m.LeaseUntil
+			}
+		}
+		time.Sleep(time.Second)
+		called := map[string]bool{}
+		for _, c := range simCalls(t, sim) {
+			called[c.Ref] = true
+		}
+		uncalled := map[string]int{}
+		for id, m := range held {
+			perIdentity[m.Identity]++
+			if !called[id] {
+				uncalled[m.Identity]++
+			}
+		}
+		if uncalled["wa"] > 0 && uncalled["sm"] > 0 && len(held) > uncalled["wa"]+uncalled["sm"] {
+			break
+		}
+		if try == 10 {
+			t.Fatalf("ten freezes, none holding uncalled rows of both identities and a call in flight (last: %v held, %v uncalled)",
+				perIdentity, uncalled)
+		}
+		if err := d.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond)
+	}
+
+	// Past every lease and the takeover margin; reconcile takes over.
+	time.Sleep(time.Until(last.Add(store.TakeoverMargin + 300*time.Millisecond)))
+	e.run("reconcile")
+	calledBefore := map[string]int{} // calls per row before the resume
+	for _, c := range simCalls(t, sim) {
+		calledBefore[c.Ref]++
+	}
+	var canceled, resolved string
+	for id, h := range held {
+		m := e.get(id)
+		switch h.Identity {
+		case "wa":
+			if m.State != state.Unknown {
+				t.Errorf("held wa row %s after reconcile: %s, want unknown", h.Key, m.State)
+			}
+			if resolved == "" && calledBefore[id] == 0 {
+				resolved = id
+			}
+		case "sm":
+			if m.State != state.Queued || !m.MaybeSent {
+				t.Errorf("held sm row %s after reconcile: %s (maybe_sent %v), want queued, maybe_sent", h.Key, m.State, m.MaybeSent)
+			}
+			if canceled == "" && calledBefore[id] == 0 {
+				canceled = id
+			}
+		}
+	}
+	if canceled == "" || resolved == "" {
+		t.Fatalf("held %d rows, calls before the resume %v: no uncalled row of each identity to cancel and resolve", len(held), calledBefore)
+	}
+	e.run("cancel", canceled)
+	e.run("resolve", resolved, "--as", "failed", "--note", "provider support: never accepted")
+	var rs resendJSON
+	e.jsonOut(0, &rs, "resend", resolved, "--key", held[resolved].Key+"-r2")
+
+	resumed := time.Now()
+	if err := d.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("frozen for %s holding %d rows (%v), %d of them called before", resumed.Sub(stopped).Round(time.Millisecond),
+		len(held), perIdentity, len(held)-countZero(held, calledBefore))
+
+	// The drain finishes the queue: nothing queued or sending.
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		q, s, _ := queueCounts(t, e.st)
+		if q == 0 && s == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the resume %d rows stay queued and %d sending: %s", q, s, d.stderr.String())
+		}
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Wait(); err != nil {
+		t.Errorf("drain after SIGTERM: %v: %s", err, d.stderr.String())
+	}
+
+	calls := simCalls(t, sim)
+	after := map[string]int{}
+	for _, c := range calls {
+		if !c.At.Before(resumed) {
+			after[c.Ref]++
+		}
+	}
+	for id, h := range held {
+		atts, err := e.st.MessageAttempts(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Calls by later claims are attempts numbered past the held one.
+		later, keptLate := 0, 0
+		for _, a := range atts {
+			switch {
+			case a.Number > h.Attempts:
+				later++
+			case a.Number == h.Attempts:
+				keptLate++
+			}
+		}
+		if after[id] != later {
+			t.Errorf("%s row %s: %d calls after the resume, %d of them by later claims: the frozen drain called on a lost lease",
+				h.Identity, h.Key, after[id], later)
+		}
+		if h.Identity == "wa" && after[id] != 0 {
+			t.Errorf("wa row %s (unknown, never claimed again) was called %d times after the resume", h.Key, after[id])
+		}
+		hist, err := e.st.MessageHistory(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gaveBack := false
+		for _, en := range hist {
+			gaveBack = gaveBack || (strings.HasPrefix(en.Detail, "not applied: ") && strings.Contains(en.Detail, "lease check: "))
+		}
+		switch {
+		case calledBefore[id] == 0 && !gaveBack:
+			t.Errorf("%s row %s, not called before the freeze: no history entry of its give-back: %+v", h.Identity, h.Key, hist)
+		case calledBefore[id] > 0 && keptLate != 1:
+			t.Errorf("%s row %s was called before the resume, but %d attempts of its held claim are on the row: the late answer was lost",
+				h.Identity, h.Key, keptLate)
+		}
+	}
+	late := len(held) - countZero(held, calledBefore)
+	if late == 0 {
+		t.Errorf("no held row was mid-call at the freeze: the late-answer half proved nothing")
+	}
+
+	perTo := map[string]int{}
+	for _, dl := range deliveries(t, sim) {
+		perTo[dl.To]++
+		if perTo[dl.To] == 2 {
+			t.Errorf("%s got a message twice", dl.To)
+		}
+		if dl.Ref == canceled {
+			t.Errorf("the canceled row %s reached the phone at %s", held[canceled].Key, dl.At)
+		}
+	}
+	if len(perTo) != n-1 {
+		t.Errorf("%d recipients reached, want %d (all but the canceled one)", len(perTo), n-1)
+	}
+	if m := e.get(rs.ID); m.State != state.Sent {
+		t.Errorf("the resend is %s, want sent", m.State)
+	}
+	summary := regexp.MustCompile(`given back (\d+)`).FindStringSubmatch(d.stderr.String())
+	if summary == nil {
+		t.Fatalf("no drain summary: %s", d.stderr.String())
+	}
+	if gb, _ := strconv.Atoi(summary[1]); gb < countZero(held, calledBefore) {
+		t.Errorf("drain gave back %d rows, want at least the %d it held uncalled", gb, countZero(held, calledBefore))
+	}
+	t.Logf("held %d rows, %d mid-call at the freeze; %d calls in all; %s", len(held), late, len(calls), strings.TrimSpace(lastLine(d.stderr.String())))
+}
+
+// countZero counts the held rows with no call in calls.
+func countZero(held map[string]store.Message, calls map[string]int) int {
+	n := 0
+	for id := range held {
+		if calls[id] == 0 {
+			n++
+		}
+	}
+	return n
+}
