@@ -335,7 +335,7 @@ func TestResolveRecordsAVerdictOnlyWhereOneIsNeeded(t *testing.T) {
 
 		// A live lease belongs to its drain: refused, nothing written.
 		n := len(e.history(live.ID))
-		e.refused(1, `^msgq: cannot resolve live \(`+live.ID+`\): it is sending and its drain's lease is live until \S+: the call may still be answered; wait until the lease expires \(msgq stuck lists the row then\)\n$`,
+		e.refused(1, `^msgq: cannot resolve live \(`+live.ID+`\): it is sending and its drain's lease is live until \S+, taken over only 5s later \(\S+\): the call may still be answered; wait until then \(msgq stuck lists the row then\)\n$`,
 			"resolve", "live", "--as", "failed", "--note", "x")
 		e.unchanged(live, n)
 
