@@ -45,8 +45,10 @@ func newReconcileCmd(a *app) *cobra.Command {
   0. Webhook evidence: stored deliveries not processed yet, and statuses parked
      until a message had their provider id, are applied first (source
      "webhook"); see msgq webhook. Skipped with --dry-run.
-  1. Expired leases: a sending row whose drain vanished mid-call (its lease has
-     expired) is never sent again blindly. When its identity's provider
+  1. Expired leases: a sending row whose drain vanished mid-call (its lease
+     ended at least 5s ago: the takeover margin, so that a drain which checked
+     its lease just before the end is done calling; see msgq drain --help) is
+     never sent again blindly. When its identity's provider
      deduplicates by key (http, sim) it is queued again with the same key (the
      provider replays rather than delivers twice) and flagged maybe_sent;
      otherwise (whatsapp) it becomes unknown. A row whose identity is not in the
