@@ -62,11 +62,11 @@ provider deduplicates by key): it is never sent again blindly.
 
 Leases and freezes: a call starts only while the lease, counted from before
 the claim was asked for on both the monotonic and the wall clock, has the
-whole --call-timeout plus 1s left. A row whose pacing slot comes too late for
+whole --call-timeout plus ` + drain.CallMargin.String() + ` left. A row whose pacing slot comes too late for
 that, or whose drain was frozen (SIGSTOP, a VM pause, swap, a suspended
 laptop) or saw its wall clock jump, is given back to the queue without a call:
 its attempt count is unchanged and its history says why ("lease check: ...").
-Whoever takes a lease over (msgq reconcile, msgq resolve) waits until 5s past
+Whoever takes a lease over (msgq reconcile, msgq resolve) waits until ` + store.TakeoverMargin.String() + ` past
 its end (the takeover margin), so a drain that checked just before the end is
 done calling by then. An answer that arrives after its row was taken over is
 kept on the row as evidence (an attempt and a history entry, not applied).
@@ -132,8 +132,9 @@ an object on stdout.
 	f.IntVar(&o.maxMessages, "max-messages", 0, "stop claiming after this many messages (0: no limit)")
 	f.StringVar(&o.lane, "lane", "", "only this lane: reply or bulk")
 	f.StringArrayVar(&o.identities, "identity", nil, "only this identity (repeat for more)")
-	f.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a claim is held; at least --call-timeout + 10s. A call starts only with --call-timeout + 1s of it left; reconcile and resolve take a row over only 5s after it ends")
-	f.DurationVar(&o.callTimeout, "call-timeout", 30*time.Second, "how long one provider call may take; a call starts only while the lease has this + 1s left")
+	f.DurationVar(&o.lease, "lease", 5*time.Minute, "how long a claim is held; at least --call-timeout + 10s. A call starts only with --call-timeout + "+drain.CallMargin.String()+
+		" of it left; reconcile and resolve take a row over only "+store.TakeoverMargin.String()+" after it ends")
+	f.DurationVar(&o.callTimeout, "call-timeout", 30*time.Second, "how long one provider call may take; a call starts only while the lease has this + "+drain.CallMargin.String()+" left")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long calls in flight may finish")
 	f.DurationVar(&o.holdFor, "hold-for", time.Hour, "how long free-form text to a closed customer-service window (with no fallback template) waits before it is tried again")
 	f.DurationVar(&o.poll, "poll", 2*time.Second, "with --follow, how often an idle drain looks for due rows (on PostgreSQL an enqueue also wakes it at once)")

@@ -46,7 +46,7 @@ func newReconcileCmd(a *app) *cobra.Command {
      until a message had their provider id, are applied first (source
      "webhook"); see msgq webhook. Skipped with --dry-run.
   1. Expired leases: a sending row whose drain vanished mid-call (its lease
-     ended at least 5s ago: the takeover margin, so that a drain which checked
+     ended at least ` + store.TakeoverMargin.String() + ` ago: the takeover margin, so that a drain which checked
      its lease just before the end is done calling; see msgq drain --help) is
      never sent again blindly. When its identity's provider
      deduplicates by key (http, sim) it is queued again with the same key (the

@@ -43,7 +43,7 @@ func newResolveCmd(a *app) *cobra.Command {
 		Short: "Record a person's verdict on a message nobody knows the outcome of",
 		Long: `Record an operator's verdict on an uncertain message: one in unknown (a call may
 have reached the phone and no evidence says so), or one still in sending whose
-drain vanished (its lease is over: it ended at least 5s ago, the takeover
+drain vanished (its lease is over: it ended at least ` + store.TakeoverMargin.String() + ` ago, the takeover
 margin that lets a drain which checked its lease just before the end finish
 its call; msgq stuck lists it then).
 

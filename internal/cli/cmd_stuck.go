@@ -42,7 +42,7 @@ func newStuckCmd(a *app) *cobra.Command {
 		Short: "Messages that may have gone out and that nobody has settled, oldest first",
 		Long: `List the messages a person must look at, oldest first:
   - sending rows whose lease is over (their drain vanished mid-call; listed at
-    any age once the lease ended 5s ago, the takeover margin: until then a
+    any age once the lease ended ` + store.TakeoverMargin.String() + ` ago, the takeover margin: until then a
     drain that checked its lease just before the end may still be calling),
     or whose claim is older than --older-than;
   - unknown rows (a call may have reached the phone) older than --older-than.
