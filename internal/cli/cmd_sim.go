@@ -137,6 +137,7 @@ func newSimServeCmd(a *app) *cobra.Command {
   POST   /{version}/{phone-number-id}/messages  the WhatsApp Cloud API send
   GET    /deliveries                            every message that reached the phone, in order
   DELETE /deliveries                            empty that log
+  GET    /calls                                 every call decided (replays and refusals too), in order
 
 Any non-empty bearer token is accepted. Each send that passes authentication
 and validation takes one draw from a random source seeded by --seed and gets
