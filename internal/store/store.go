@@ -175,6 +175,12 @@ type StatsParams struct {
 	// Window is the span of the recent figures (attempts by class,
 	// delivery latency); zero means one hour.
 	Window time.Duration
+	// ProgressIdentities are the identities whose webhooks msgq receives:
+	// only their sent rows can be expected to make progress (VitalStats.
+	// SentProgress). NoProgressAfter is how long a sent row may wait for
+	// it; zero means DefaultNoProgressAfter.
+	ProgressIdentities []string
+	NoProgressAfter    time.Duration
 }
 
 // Stats are the queue's vital signs. Field names are a JSON contract.
@@ -206,6 +212,8 @@ type Stats struct {
 	// The evidence figures (duplicate webhooks, unattributed inbound,
 	// parked statuses, unprocessed events), flattened into the JSON.
 	WebhookStats
+	// The figures of issue 13 §5 (vitals.go), flattened into the JSON.
+	VitalStats
 }
 
 // LatencySample bounds how many of the latest deliveries Stats measures
