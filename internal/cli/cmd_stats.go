@@ -120,11 +120,11 @@ type statsResult struct {
 }
 
 func runStats(ctx context.Context, a *app, o *statsOptions) error {
-	st, err := a.store(ctx)
+	_, noProgress, err := vitalWindows(healthSettings{NoProgressAfter: a.cfg.Health.NoProgressAfter})
 	if err != nil {
 		return err
 	}
-	_, noProgress, err := vitalWindows(healthSettings{NoProgressAfter: a.cfg.Health.NoProgressAfter})
+	st, err := a.store(ctx)
 	if err != nil {
 		return err
 	}
