@@ -76,7 +76,7 @@ func (h healthSettings) thresholds() ([]threshold, error) {
 	}
 	if len(out) == 0 {
 		return nil, usagef("no thresholds: give at least one of --max-oldest-queued, --max-stuck, --max-unknown, " +
-			"--max-sending-past-lease, --max-key-conflicts, ... (see msgq health --help; or set them in the config file's health: section)")
+			"--max-sending-past-lease or another --max-* flag of msgq health --help (or set them in the config file's health: section)")
 	}
 	return out, nil
 }
