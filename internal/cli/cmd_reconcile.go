@@ -198,6 +198,12 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 			continue
 		}
 		seen[m.Identity] = true
+		if _, canLook := id.build("").(lookuper); !canLook {
+			// Nothing to ask (WhatsApp has no look-up): no token needed,
+			// and lookUp says so in the row's note.
+			provs[m.Identity] = id.build("")
+			continue
+		}
 		if miss := id.missingSendEnv(); len(miss) > 0 {
 			skipped = append(skipped, skippedIdentity{Name: m.Identity, Missing: miss})
 			continue
