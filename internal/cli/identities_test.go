@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
 )
 
 // identitiesConfig: shop is a WhatsApp number on the simulator (WhatsApp's
@@ -73,6 +74,15 @@ func TestASendToAnIdentityThatIsNotConfiguredIsRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.run("identities", "resume", "gone")
+
+		// A resend goes out through the original's identity: one no
+		// longer configured is refused the same way.
+		orphan := e.seed("orphan", "gone", "")
+		if _, err := e.st.MessageTransition(t.Context(), &store.TransitionParams{ID: orphan.ID, From: state.Queued,
+			Event: state.Event{Kind: state.Cancel}, Source: store.SourceOperator}); err != nil {
+			t.Fatal(err)
+		}
+		e.refused(2, `^msgq: identity: "gone" is not configured `+known+`\n$`, "resend", "orphan", "--key", "orphan-r2")
 	})
 }
 
