@@ -169,8 +169,8 @@ Config file:
 	for _, t := range vitalThresholds {
 		f.String(strings.ReplaceAll(t.name, "_", "-"), "", "at most `N` "+t.help+" [MSGQ_HEALTH_"+strings.ToUpper(t.name)+"]")
 	}
-	f.String("window", "", "the span of the recent figures (default 1h; e.g. 30m, 1d) [MSGQ_HEALTH_WINDOW]")
-	f.String("no-progress-after", "", "how long a sent row may wait for a status (default 15m) [MSGQ_HEALTH_NO_PROGRESS_AFTER]")
+	f.String("window", "", "the span `D` of the recent figures (default 1h; e.g. 30m, 1d) [MSGQ_HEALTH_WINDOW]")
+	f.String("no-progress-after", "", "how long `D` a sent row may wait for a status (default 15m) [MSGQ_HEALTH_NO_PROGRESS_AFTER]")
 	return cmd
 }
 

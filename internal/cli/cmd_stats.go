@@ -103,7 +103,7 @@ into the collector's directory, so that node_exporter never reads half a file.
 	cmd.Flags().DurationVar(&o.window, "window", store.DefaultStatsWindow, "the span of the recent figures (attempts by class, deliveries)")
 	// A string, resolved with health's setting of the same name in
 	// config.go (health.no_progress_after) and parsed by vitalWindows.
-	cmd.Flags().String("no-progress-after", "", "how long a sent row may wait for a delivered or read status (default 15m) [MSGQ_HEALTH_NO_PROGRESS_AFTER]")
+	cmd.Flags().String("no-progress-after", "", "how long `D` a sent row may wait for a delivered or read status (default 15m) [MSGQ_HEALTH_NO_PROGRESS_AFTER]")
 	return cmd
 }
 
