@@ -14,9 +14,10 @@ import (
 	"github.com/msgq/msgq/internal/store"
 )
 
-// The vital signs of issue 13 §5 and the queue that cannot drain from here
-// (§2), as stats shows them (table, JSON, Prometheus) and health checks
-// them. Kept in this file, apart from cmd_stats.go's older figures.
+// The vital signs that warn before an incident (key conflicts, long sends,
+// failures by reason, resends and maybe_sent rows, sends without
+// downstream progress) and the queue that cannot drain from here, as stats
+// shows them (table, JSON, Prometheus) and health checks them. Kept in this file, apart from cmd_stats.go's older figures.
 
 // unsendableQueue is one identity whose queued rows no drain in this
 // environment can send: it is not configured, or its token is not set

@@ -184,7 +184,7 @@ func vitalQueue(t *testing.T, st store.Store, clk *clock, now time.Time) {
 }
 
 // TestVitalSignsOfAQueueBuiltToKnownNumbers checks every vital sign of
-// issue 13 §5 (and the queue that cannot drain from here) in stats -o json,
+// store.VitalStats (and the queue that cannot drain from here) in stats -o json,
 // the table and -o prometheus (parsed, and linted by promlint), and each of
 // health's thresholds on them at the figure (ok) and one below (crossed),
 // on SQLite and on PostgreSQL.

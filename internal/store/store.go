@@ -44,7 +44,8 @@ type Store interface {
 	// when (tenant, key) exists with the same body hash (Replayed is true;
 	// nothing is written but the replay count Stats reports). Errors: *InvalidError when p fails Validate;
 	// *ConflictError (errors.Is ErrConflict) when the key exists with another
-	// body, naming the existing row.
+	// body, naming the existing row (nothing is written but the conflict
+	// count Stats reports).
 	MessageEnqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error)
 
 	// MessageEnqueueMany enqueues a batch in one durable transaction, with
@@ -212,7 +213,8 @@ type Stats struct {
 	// The evidence figures (duplicate webhooks, unattributed inbound,
 	// parked statuses, unprocessed events), flattened into the JSON.
 	WebhookStats
-	// The figures of issue 13 §5 (vitals.go), flattened into the JSON.
+	// Key conflicts, long sends, failures by reason, resends, maybe_sent
+	// rows and sent progress (vitals.go), flattened into the JSON.
 	VitalStats
 }
 

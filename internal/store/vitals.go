@@ -6,8 +6,9 @@ import (
 	"github.com/msgq/msgq/internal/state"
 )
 
-// The vital signs of issue 13 §5: what the seeds of an incident look like
-// before the incident. Kept apart from Stats' older figures so that each
+// The vital signs that warn before an incident: a key reused with another
+// body, calls that hang, failures by reason, resends and possible
+// duplicates, and sends the provider accepted that never progress. Kept apart from Stats' older figures so that each
 // set reads on its own.
 
 // CounterKeyConflicts names the running count of key conflicts: sends
@@ -32,7 +33,7 @@ const CountBuckets = 8 * 24 * time.Hour
 // shows them; each is shown even at zero.
 var FailureReasons = []state.Reason{state.Permanent, state.Expired, state.Exhausted, state.Canceled, state.Resolved}
 
-// VitalStats are the figures of issue 13 §5. Field names are a JSON
+// VitalStats are those figures. Field names are a JSON
 // contract (flattened into Stats').
 type VitalStats struct {
 	// KeyConflicts counts sends refused because their key holds another
