@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -87,7 +88,10 @@ an object on stdout.
 			if err := o.Validate(a.cfg); err != nil {
 				return err
 			}
-			// Only the identities this drain serves need their secrets.
+			// Only the identities this drain sends for need their secrets:
+			// those named with --identity must have them; of the others,
+			// the ones without are skipped and their rows stay queued for a
+			// drain that has them.
 			chosen := a.cfg.Identities
 			if len(o.identities) > 0 {
 				chosen = map[string]*identity{}
@@ -95,9 +99,12 @@ an object on stdout.
 					chosen[n] = a.cfg.Identities[n]
 				}
 			}
-			ids, err := drainIdentities(chosen)
+			ids, skipped, err := drainIdentities(chosen, len(o.identities) > 0)
 			if err != nil {
 				return err
+			}
+			if len(ids) == 0 {
+				return usagef("no identity can send from here: %s", skippedList(skipped))
 			}
 			st, err := a.store(cmd.Context())
 			if err != nil {
@@ -109,6 +116,7 @@ an object on stdout.
 				}
 				return err
 			}
+			warnSkipped(a, "drain", skipped, queuedStay(cmd.Context(), st, skipped))
 			sum, err := drain.Run(cmd.Context(), drain.Config{
 				Store: st, Identities: ids, Owner: leaseOwner(), Lease: o.lease, CallTimeout: o.callTimeout,
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
@@ -168,4 +176,38 @@ func leaseOwner() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// skippedList says, for a message, which identities lack which secrets.
+func skippedList(skipped []skippedIdentity) string {
+	parts := make([]string, 0, len(skipped))
+	for _, s := range skipped {
+		parts = append(parts, fmt.Sprintf("identity %s: %s not set", s.Name, strings.Join(s.Missing, ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// warnSkipped writes one line on stderr per identity a command skips for
+// want of its secrets, saying what that leaves undone.
+func warnSkipped(a *app, cmdName string, skipped []skippedIdentity, then func(skippedIdentity) string) {
+	for _, s := range skipped {
+		fmt.Fprintf(a.ios.Err, "%s: skipping identity %s: %s not set in this environment; %s\n",
+			cmdName, s.Name, strings.Join(s.Missing, ", "), then(s))
+	}
+}
+
+// queuedStay is drain's consequence of a skipped identity: its rows wait,
+// visible in msgq identities and msgq health --max-unsendable.
+func queuedStay(ctx context.Context, st store.Store, skipped []skippedIdentity) func(skippedIdentity) string {
+	queued := map[string]int{}
+	if len(skipped) > 0 {
+		if states, err := st.IdentityStates(ctx); err == nil {
+			for _, s := range states {
+				queued[s.Name] = s.Queued
+			}
+		}
+	}
+	return func(s skippedIdentity) string {
+		return fmt.Sprintf("its %d queued rows stay queued", queued[s.Name])
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +21,11 @@ type healthSettings struct {
 	MaxStuck            string
 	MaxUnknown          string
 	MaxSendingPastLease string
+	// Vitals are the thresholds on the vital signs, by config key
+	// (stats_vitals.go: vitalThresholds); Window and NoProgressAfter the
+	// spans they are measured over.
+	Vitals                  map[string]string
+	Window, NoProgressAfter string
 }
 
 // threshold is one parsed limit: a count, or an age in nanoseconds.
@@ -33,7 +39,7 @@ type threshold struct {
 // thresholds parses the settings; at least one must be given.
 func (h healthSettings) thresholds() ([]threshold, error) {
 	var out []threshold
-	for _, s := range []struct {
+	all := []struct {
 		name, flag, v string
 		isAge         bool
 	}{
@@ -41,7 +47,14 @@ func (h healthSettings) thresholds() ([]threshold, error) {
 		{"max_stuck", "max-stuck", h.MaxStuck, false},
 		{"max_unknown", "max-unknown", h.MaxUnknown, false},
 		{"max_sending_past_lease", "max-sending-past-lease", h.MaxSendingPastLease, false},
-	} {
+	}
+	for _, t := range vitalThresholds {
+		all = append(all, struct {
+			name, flag, v string
+			isAge         bool
+		}{t.name, strings.ReplaceAll(t.name, "_", "-"), h.Vitals[t.name], false})
+	}
+	for _, s := range all {
 		if s.v == "" {
 			continue
 		}
@@ -63,7 +76,7 @@ func (h healthSettings) thresholds() ([]threshold, error) {
 	}
 	if len(out) == 0 {
 		return nil, usagef("no thresholds: give at least one of --max-oldest-queued, --max-stuck, --max-unknown, " +
-			"--max-sending-past-lease (or set them in the config file's health: section)")
+			"--max-sending-past-lease or another --max-* flag of msgq health --help (or set them in the config file's health: section)")
 	}
 	return out, nil
 }
@@ -104,6 +117,27 @@ is required. Each is the most that is still healthy:
   --max-unknown N             rows in unknown
   --max-sending-past-lease N  rows in sending whose lease has expired
 
+The vital signs (see msgq stats), counts measured over --window (default 1h)
+where they say so:
+
+  --max-key-conflicts N          key conflicts within the window: a key reused
+                                 with another body (something sends wrong data)
+  --max-sending-long N           rows in sending claimed over 1m ago, lease
+                                 expired or not: each a possible duplicate
+  --max-failed-permanent N       rows failed within the window, by reason; also
+  --max-failed-expired N         -exhausted, -canceled and -resolved
+  --max-resends N                resends made by operators within the window
+  --max-maybe-sent N             rows flagged maybe_sent that have no delivered
+                                 or read status
+  --max-sent-without-progress N  per identity whose webhooks msgq receives: rows
+                                 sent within the window, at least
+                                 --no-progress-after (default 15m) ago, that got
+                                 no delivered, read or failed status since (the
+                                 provider accepts, nothing arrives)
+  --max-unsendable N             queued rows of identities that cannot send from
+                                 here: not configured, or token not set in this
+                                 environment (check where the drains run)
+
 Config file:
 
   health:
@@ -119,6 +153,9 @@ Config file:
 			if err != nil {
 				return err
 			}
+			if _, _, err := vitalWindows(a.cfg.Health); err != nil {
+				return err
+			}
 			return runHealth(cmd.Context(), a, ts)
 		},
 	}
@@ -129,6 +166,11 @@ Config file:
 	f.String("max-stuck", "", "at most `N` rows in sending past their lease plus unknown [MSGQ_HEALTH_MAX_STUCK]")
 	f.String("max-unknown", "", "at most `N` rows in unknown [MSGQ_HEALTH_MAX_UNKNOWN]")
 	f.String("max-sending-past-lease", "", "at most `N` rows in sending whose lease has expired [MSGQ_HEALTH_MAX_SENDING_PAST_LEASE]")
+	for _, t := range vitalThresholds {
+		f.String(strings.ReplaceAll(t.name, "_", "-"), "", "at most `N` "+t.help+" [MSGQ_HEALTH_"+strings.ToUpper(t.name)+"]")
+	}
+	f.String("window", "", "the span `D` of the recent figures (default 1h; e.g. 30m, 1d) [MSGQ_HEALTH_WINDOW]")
+	f.String("no-progress-after", "", "how long `D` a sent row may wait for a status (default 15m) [MSGQ_HEALTH_NO_PROGRESS_AFTER]")
 	return cmd
 }
 
@@ -137,12 +179,20 @@ func runHealth(ctx context.Context, a *app, ts []threshold) error {
 	if err != nil {
 		return err
 	}
-	// health reads no recent figure (attempts by class, latency): the
-	// smallest window keeps their queries from costing anything.
-	s, err := st.Stats(ctx, &store.StatsParams{Window: store.Resolution})
+	// Only the vital signs' thresholds read recent figures; without one,
+	// the smallest window keeps those queries from costing anything.
+	p := &store.StatsParams{Window: store.Resolution}
+	for _, t := range ts {
+		if _, ok := a.cfg.Health.Vitals[t.name]; ok {
+			p.Window, p.NoProgressAfter, _ = vitalWindows(a.cfg.Health)
+			p.ProgressIdentities = progressIdentities(a.cfg.Identities)
+		}
+	}
+	s, err := st.Stats(ctx, p)
 	if err != nil {
 		return err
 	}
+	un := unsendable(a.cfg.Identities, s.Counts)
 	res := healthResult{OK: true, At: s.At, Checks: []healthCheck{}}
 	for _, t := range ts {
 		c := healthCheck{Name: t.name, Max: t.max}
@@ -161,6 +211,8 @@ func runHealth(ctx context.Context, a *app, ts []threshold) error {
 		case "max_sending_past_lease":
 			c.Value = int64(s.SendingPastLease)
 			c.Message = fmt.Sprintf("%s in sending past the lease (max %d)", nRows(c.Value), t.max)
+		default:
+			c.Value, c.Message, _ = vitalCheck(t.name, t.max, s, un)
 		}
 		c.Crossed = c.Value > c.Max
 		if !c.Crossed {

@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,6 +31,19 @@ type identityRow struct {
 	// this identity verifies ("" when none).
 	ServiceWindow string `json:"service_window"`
 	Webhooks      string `json:"webhooks"`
+	// Channels are the channels it sends on, its default first. Rate and
+	// PerRecipient are the limits in force ("off" when none); the
+	// *Default fields say they are the provider's defaults (WhatsApp's
+	// 80/s and 6s), not the config's.
+	Channels            []string `json:"channels"`
+	RateDefault         bool     `json:"rate_default"`
+	PerRecipientDefault bool     `json:"per_recipient_default"`
+	// SendsHere says this process has what the identity needs to send
+	// (its token); MissingEnv names the environment variables it lacks,
+	// webhook secrets included. A drain elsewhere may have them: drains
+	// here skip the identity and its rows stay queued.
+	SendsHere  bool     `json:"sends_here"`
+	MissingEnv []string `json:"missing_env"`
 }
 
 func newIdentitiesCmd(a *app) *cobra.Command {
@@ -39,6 +54,15 @@ func newIdentitiesCmd(a *app) *cobra.Command {
 any the store has rows or a pause for. An identity-class provider error (token
 expired, account blocked) pauses the identity: its rows stay queued until
 'msgq identities resume NAME'.
+
+CHANNELS are the channels an identity sends on (its default first). RATE and
+PER-RECIPIENT are the pacing limits in force; "(default)" marks WhatsApp's own
+limits (80/s per number, one message per 6s to one user), which a whatsapp
+identity gets unless its config sets rate or per_recipient_interval (off turns
+one off). SENDS HERE says whether this process has the identity's token: a drain
+without it skips the identity, whose rows stay queued for a drain that has it
+(msgq health --max-unsendable alerts on them). An identity the store has rows
+for but the config does not name shows as not configured: no drain sends them.
 
 ` + exitStatusHelp,
 		Args: exactArgs(0, "no arguments (or the pause/resume subcommands)"),
@@ -54,7 +78,9 @@ expired, account blocked) pauses the identity: its rows stay queued until
 			rows := map[string]*identityRow{}
 			for n, id := range a.cfg.Identities {
 				rows[n] = &identityRow{Name: n, Provider: id.Config.Provider, Configured: true, Rate: id.Rate,
-					PerRecipient: id.Config.PerRecipientInterval, ServiceWindow: "off"}
+					PerRecipient: id.PerRecipient, ServiceWindow: "off", Channels: id.Channels,
+					RateDefault: id.RateDefault, PerRecipientDefault: id.PerRecipientDefault,
+					SendsHere: len(id.missingSendEnv()) == 0, MissingEnv: append(append([]string{}, id.missingSendEnv()...), id.missingWebhookEnv()...)}
 				if id.Window > 0 {
 					rows[n].ServiceWindow = id.Window.String()
 				}
@@ -68,7 +94,7 @@ expired, account blocked) pauses the identity: its rows stay queued until
 			for _, s := range states {
 				r := rows[s.Name]
 				if r == nil {
-					r = &identityRow{Name: s.Name}
+					r = &identityRow{Name: s.Name, Channels: []string{}, MissingEnv: []string{}}
 					rows[s.Name] = r
 				}
 				r.Paused, r.Reason, r.PausedAt, r.Queued, r.Sending, r.Unknown = s.Paused, s.Reason, s.PausedAt, s.Queued, s.Sending, s.Unknown
@@ -83,14 +109,27 @@ expired, account blocked) pauses the identity: its rows stay queued until
 				if r.Paused {
 					paused = "yes: " + r.Reason
 				}
-				prov := r.Provider
-				if !r.Configured {
-					prov = "(not configured)"
+				prov, here := r.Provider, "yes"
+				switch {
+				case !r.Configured:
+					prov, here = "(not configured)", "no: not configured"
+				case !r.SendsHere:
+					here = "no: " + strings.Join(r.MissingEnv, ", ") + " unset"
+				case len(r.MissingEnv) > 0:
+					here = "yes (webhooks: " + strings.Join(r.MissingEnv, ", ") + " unset)"
 				}
-				table = append(table, []string{r.Name, prov, orDash(r.Rate), orDash(r.PerRecipient), strconv.Itoa(r.Queued),
-					strconv.Itoa(r.Sending), strconv.Itoa(r.Unknown), paused})
+				rate, per := r.Rate, r.PerRecipient
+				if r.RateDefault {
+					rate += " (default)"
+				}
+				if r.PerRecipientDefault {
+					per += " (default)"
+				}
+				table = append(table, []string{r.Name, prov, orDash(strings.Join(r.Channels, ",")), orDash(rate), orDash(per),
+					strconv.Itoa(r.Queued), strconv.Itoa(r.Sending), strconv.Itoa(r.Unknown), paused, here})
 			}
-			return printTable(a.ios.Out, []string{"NAME", "PROVIDER", "RATE", "PER-RECIPIENT", "QUEUED", "SENDING", "UNKNOWN", "PAUSED"}, table)
+			return printTable(a.ios.Out, []string{"NAME", "PROVIDER", "CHANNELS", "RATE", "PER-RECIPIENT", "QUEUED", "SENDING", "UNKNOWN",
+				"PAUSED", "SENDS HERE"}, table)
 		},
 	}
 	var reason string
@@ -99,8 +138,10 @@ expired, account blocked) pauses the identity: its rows stay queued until
 		Short: "Stop claims for an identity (its rows stay queued)",
 		Args:  exactArgs(1, "one identity name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !store.ValidKey(args[0]) {
-				return usagef("identity %q: names are 1 to 64 characters of A-Za-z0-9._:-", args[0])
+			// Pausing a name no drain sends for would stop nothing, and a
+			// typo would look like a pause that worked.
+			if _, ok := a.cfg.Identities[args[0]]; !ok {
+				return unknownIdentity(args[0], a.cfg.Identities)
 			}
 			st, err := a.store(cmd.Context())
 			if err != nil {
@@ -118,9 +159,24 @@ expired, account blocked) pauses the identity: its rows stay queued until
 		Short: "Let claims for an identity start again",
 		Args:  exactArgs(1, "one identity name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !store.ValidKey(args[0]) {
+				return unknownIdentity(args[0], a.cfg.Identities)
+			}
 			st, err := a.store(cmd.Context())
 			if err != nil {
 				return err
+			}
+			// An identity since removed from the config may still be
+			// paused in the store: resuming it is allowed, a name the
+			// store has never heard of is a typo.
+			if _, ok := a.cfg.Identities[args[0]]; !ok {
+				states, err := st.IdentityStates(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if !slices.ContainsFunc(states, func(s store.IdentityState) bool { return s.Name == args[0] }) {
+					return unknownIdentity(args[0], a.cfg.Identities)
+				}
 			}
 			if err := st.IdentityResume(cmd.Context(), args[0]); err != nil {
 				return err

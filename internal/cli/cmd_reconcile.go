@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -185,32 +186,43 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 		return err
 	}
 
-	// The providers of the identities involved, built before anything is
-	// written: a missing token is bad input (exit 2) here as for drain.
+	// The providers of the identities whose rows are looked up, built
+	// before anything is written. An identity whose token is not set here
+	// is skipped with one warning: its rows are not looked up and stay for
+	// a reconcile that has it (or a person). Expired leases need no token:
+	// whether a provider deduplicates by key is a property of its kind.
 	provs := map[string]provider.Provider{}
-	need := func(name string) error {
-		id, ok := a.cfg.Identities[name]
-		if _, done := provs[name]; done || !ok {
-			return nil
+	var skipped []skippedIdentity
+	seen := map[string]bool{}
+	for _, m := range unknown {
+		id, ok := a.cfg.Identities[m.Identity]
+		if m.ProviderID == "" || !ok || seen[m.Identity] {
+			continue
+		}
+		seen[m.Identity] = true
+		if _, canLook := id.build("").(lookuper); !canLook {
+			// Nothing to ask (WhatsApp has no look-up): no token needed,
+			// and lookUp says so in the row's note.
+			provs[m.Identity] = id.build("")
+			continue
+		}
+		if miss := id.missingSendEnv(); len(miss) > 0 {
+			skipped = append(skipped, skippedIdentity{Name: m.Identity, Missing: miss})
+			continue
 		}
 		p, err := id.provider()
 		if err != nil {
 			return err
 		}
-		provs[name] = p
-		return nil
+		provs[m.Identity] = p
 	}
-	for _, m := range expired {
-		if err := need(m.Identity); err != nil {
-			return err
-		}
-	}
-	for _, m := range unknown {
-		if m.ProviderID != "" {
-			if err := need(m.Identity); err != nil {
-				return err
-			}
-		}
+	sort.Slice(skipped, func(i, j int) bool { return skipped[i].Name < skipped[j].Name })
+	warnSkipped(a, "reconcile", skipped, func(skippedIdentity) string {
+		return "its unknown rows are not looked up"
+	})
+	lacking := map[string]bool{}
+	for _, s := range skipped {
+		lacking[s.Name] = true
 	}
 
 	res := &reconcileResult{DryRun: o.dryRun, Changed: append([]reconcileChange{}, fromWebhooks...), Unresolved: []reconcileLeft{}}
@@ -223,7 +235,7 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 	// 1. Expired leases: never sent again blindly.
 	var leases []planned
 	for _, m := range expired {
-		leases = append(leases, leasePlan(m, provs, a.cfg.Identities))
+		leases = append(leases, leasePlan(m, a.cfg.Identities))
 	}
 	done, ferr := applyPlanned(ctx, a, st, leases, o.dryRun)
 	for _, p := range leases[:done] {
@@ -248,7 +260,13 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 	var evidence []planned
 	var left []candidate
 	for _, c := range cands {
-		status, why, note := lookUp(ctx, c.row, provs, o.callTimeout)
+		var status state.State
+		var why, note string
+		if lacking[c.row.Identity] {
+			note = fmt.Sprintf("identity %s's token is not set here: not looked up", c.row.Identity)
+		} else {
+			status, why, note = lookUp(ctx, c.row, provs, o.callTimeout)
+		}
 		if status == state.None {
 			c.note = joinNotes(c.note, note)
 			left = append(left, c)
@@ -282,7 +300,7 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 // leasePlan decides what becomes of a sending row whose lease expired:
 // queued again with the same key when its provider deduplicates by key,
 // else unknown.
-func leasePlan(m store.StuckMessage, provs map[string]provider.Provider, ids map[string]*identity) planned {
+func leasePlan(m store.StuckMessage, ids map[string]*identity) planned {
 	lost := "lease expired"
 	if m.LeaseOwner != "" {
 		lost = "lease of " + m.LeaseOwner + " expired"
@@ -292,11 +310,11 @@ func leasePlan(m store.StuckMessage, provs map[string]provider.Provider, ids map
 	}
 	ev := state.Event{Kind: state.LeaseExpired}
 	var why string
-	p, ok := provs[m.Identity]
+	id := ids[m.Identity]
 	switch {
-	case ids[m.Identity] == nil:
+	case id == nil:
 		why = fmt.Sprintf("%s; identity %s is not in the config: treated as not deduplicating by key, so the call may have reached the phone", lost, m.Identity)
-	case ok && p.Idempotent():
+	case id.dedupesByKey():
 		ev = state.Event{Kind: state.LeaseRequeue}
 		why = fmt.Sprintf("%s; identity %s's provider deduplicates by key: queued again with the same key (maybe_sent)", lost, m.Identity)
 	default:

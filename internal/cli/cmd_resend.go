@@ -139,6 +139,11 @@ func runResend(ctx context.Context, a *app, o *resendOptions) error {
 	if orig.Payload == nil {
 		return fmt.Errorf("cannot resend %s: its content was purged (msgq purge), so there is nothing to copy", rowLabel(orig))
 	}
+	// The copy goes out through the original's identity: one no longer
+	// configured would leave it queued forever, claimed by no drain.
+	if _, ok := a.cfg.Identities[orig.Identity]; !ok && existing == nil {
+		return unknownIdentity(orig.Identity, a.cfg.Identities)
+	}
 	p := &store.EnqueueParams{
 		Tenant: orig.Tenant, Key: o.key, To: orig.To, Channel: orig.Channel, Identity: orig.Identity,
 		Purpose: orig.Purpose, TriggerRef: orig.TriggerRef, Lane: orig.Lane, Payload: *orig.Payload, ResendOf: orig.ID,

@@ -84,7 +84,7 @@ the good ones are enqueued. Re-running a file is safe: done lines replay.
 	f.StringVar(&o.spec.Key, "key", "", "idempotency key: 1 to 64 characters of A-Za-z0-9._:-")
 	f.StringVar(&o.spec.To, "to", "", "recipient: E.164 (+15551234567) or a local number with --region")
 	f.StringVar(&o.spec.Region, "region", "", "ISO country code for local numbers, e.g. US [MSGQ_REGION]")
-	f.StringVar(&o.spec.Channel, "channel", "", "channel: whatsapp or sms (default whatsapp)")
+	f.StringVar(&o.spec.Channel, "channel", "", "channel: whatsapp or sms, one the identity sends on (default: the identity's channel)")
 	f.StringVar(&o.spec.Identity, "identity", "", "sending identity (default: default_identity, else sim) [MSGQ_DEFAULT_IDENTITY]")
 	f.StringVar(&o.spec.Template, "template", "", "template name")
 	f.StringVar(&o.spec.Lang, "lang", "", "template language (default "+defaultLang+")")
@@ -105,7 +105,7 @@ the good ones are enqueued. Re-running a file is safe: done lines replay.
 // defaults are the settings that fill what a message leaves empty.
 func (a *app) sendDefaults(o *sendOptions) sendDefaults {
 	return sendDefaults{Tenant: a.cfg.Tenant, Identity: a.cfg.DefaultIdentity, Region: a.cfg.Region,
-		Channel: o.spec.Channel, Lane: o.spec.Lane, Purpose: o.spec.Purpose}
+		Channel: o.spec.Channel, Lane: o.spec.Lane, Purpose: o.spec.Purpose, Identities: a.cfg.Identities}
 }
 
 // sendResult is what `send -o json` prints: the row, and whether this call

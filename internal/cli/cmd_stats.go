@@ -65,7 +65,21 @@ func newStatsCmd(a *app) *cobra.Command {
     store was created), inbound messages linked to no sent message, statuses
     waiting for their message, deliveries not processed yet, and unreadable
     deliveries (processing could not read them, in whole or in part; their
-    bodies wait for a person: msgq webhook unreadable; purge keeps them).
+    bodies wait for a person: msgq webhook unreadable; purge keeps them);
+  - key conflicts: sends refused because their key holds another body (since
+    the store was created, and within --window), and key replays within it;
+  - rows in sending claimed over a minute ago, lease expired or not: each may
+    become a duplicate;
+  - rows failed within --window, by reason (permanent, expired, exhausted,
+    canceled, resolved);
+  - resends made by operators (since the store was created, and within
+    --window), and rows flagged maybe_sent, by state;
+  - for each identity whose webhooks msgq receives: the rows that became sent
+    within --window and at least --no-progress-after ago, and how many of them
+    got no delivered, read or failed status since (the provider accepts but
+    nothing arrives);
+  - queued rows of identities that cannot send from here (not configured, or
+    their token is not set in this environment).
 
 -o json prints one object (durations in nanoseconds, times in RFC 3339).
 -o prometheus prints the Prometheus text exposition format, for
@@ -87,6 +101,9 @@ into the collector's directory, so that node_exporter never reads half a file.
 		},
 	}
 	cmd.Flags().DurationVar(&o.window, "window", store.DefaultStatsWindow, "the span of the recent figures (attempts by class, deliveries)")
+	// A string, resolved with health's setting of the same name in
+	// config.go (health.no_progress_after) and parsed by vitalWindows.
+	cmd.Flags().String("no-progress-after", "", "how long `D` a sent row may wait for a delivered or read status (default 15m) [MSGQ_HEALTH_NO_PROGRESS_AFTER]")
 	return cmd
 }
 
@@ -97,14 +114,22 @@ type statsResult struct {
 	// OldestEligibleAge is At minus OldestEligible (null when no row is
 	// eligible).
 	OldestEligibleAge *time.Duration `json:"oldest_eligible_age_ns"`
+	// QueuedUnsendable are the identities with queued rows that cannot
+	// be sent from this environment (stats_vitals.go).
+	QueuedUnsendable []unsendableQueue `json:"queued_unsendable"`
 }
 
 func runStats(ctx context.Context, a *app, o *statsOptions) error {
+	_, noProgress, err := vitalWindows(healthSettings{NoProgressAfter: a.cfg.Health.NoProgressAfter})
+	if err != nil {
+		return err
+	}
 	st, err := a.store(ctx)
 	if err != nil {
 		return err
 	}
-	s, err := st.Stats(ctx, &store.StatsParams{Window: o.window})
+	s, err := st.Stats(ctx, &store.StatsParams{Window: o.window, NoProgressAfter: noProgress,
+		ProgressIdentities: progressIdentities(a.cfg.Identities)})
 	if err != nil {
 		return err
 	}
@@ -113,7 +138,7 @@ func runStats(ctx context.Context, a *app, o *statsOptions) error {
 			s.AttemptsByClass[c] = 0
 		}
 	}
-	res := statsResult{Stats: s}
+	res := statsResult{Stats: s, QueuedUnsendable: unsendable(a.cfg.Identities, s.Counts)}
 	if s.OldestEligible != nil {
 		age := oldestAge(s)
 		res.OldestEligibleAge = &age
@@ -122,7 +147,7 @@ func runStats(ctx context.Context, a *app, o *statsOptions) error {
 	case outJSON:
 		return printJSON(a.ios.Out, res)
 	case outPrometheus:
-		return printPrometheus(a.ios.Out, s)
+		return printPrometheus(a.ios.Out, s, res.QueuedUnsendable)
 	}
 	return printStats(a.ios.Out, &res)
 }
@@ -186,7 +211,7 @@ func printStats(w io.Writer, r *statsResult) error {
 	if s.Delivered > 0 {
 		delivered += fmt.Sprintf(" (sent to delivered: p50 %s, p95 %s)", human(s.DeliveryP50), human(s.DeliveryP95))
 	}
-	return printTable(w, nil, [][]string{
+	return printTable(w, nil, append([][]string{
 		{"oldest eligible queued", oldest},
 		{"sending past lease", strconv.Itoa(s.SendingPastLease)},
 		{"unknown", strconv.Itoa(s.Unknown)},
@@ -198,7 +223,7 @@ func printStats(w io.Writer, r *statsResult) error {
 		{"parked webhook statuses", strconv.Itoa(s.ParkedEvidence)},
 		{"unprocessed webhooks", strconv.Itoa(s.UnprocessedWebhooks)},
 		{"unreadable webhooks", strconv.Itoa(s.UnreadableWebhooks)},
-	})
+	}, vitalRows(s, r.QueuedUnsendable)...))
 }
 
 // human rounds a duration for people: to the second from ten seconds up,
@@ -223,7 +248,7 @@ func human(d time.Duration) string {
 // printPrometheus writes the figures in the Prometheus text exposition
 // format: a registry of gauges (and the replay counter), gathered and
 // encoded by the Prometheus libraries.
-func printPrometheus(w io.Writer, s *store.Stats) error {
+func printPrometheus(w io.Writer, s *store.Stats, un []unsendableQueue) error {
 	reg := prometheus.NewPedanticRegistry()
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -276,6 +301,8 @@ func printPrometheus(w io.Writer, s *store.Stats) error {
 	gauge("msgq_stats_window_seconds", "The span of the msgq_recent_* figures.").Set(s.Window.Seconds())
 	gauge("msgq_stats_timestamp_seconds", "When these figures were taken (Unix time): alert when it stops moving.").
 		Set(float64(s.At.UnixMicro()) / 1e6)
+
+	registerVitals(reg, s, un)
 
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -44,15 +44,24 @@ customer-service window.
 }
 
 // webhookSecrets reads the configured identities' webhook secrets from the
-// environment. A variable that is named but unset (or a malformed whsec_
-// secret) is a usage error at start-up, not a stream of 401s later.
-func webhookSecrets(ids map[string]*identity) (webhook.Config, error) {
+// environment. An identity whose variables are named but unset here is
+// skipped (returned, for one warning each): its deliveries get 401 from
+// this process, so its provider retries them, and the other identities'
+// webhooks are not held hostage to it. A malformed whsec_ secret is a
+// usage error at start-up, not a stream of 401s later.
+func webhookSecrets(ids map[string]*identity) (webhook.Config, []skippedIdentity, error) {
 	var cfg webhook.Config
+	var skipped []skippedIdentity
 	names := make([]string, 0, len(ids))
 	for n := range ids {
+		if miss := ids[n].missingWebhookEnv(); len(miss) > 0 {
+			skipped = append(skipped, skippedIdentity{Name: n, Missing: miss})
+			continue
+		}
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	sort.Slice(skipped, func(i, j int) bool { return skipped[i].Name < skipped[j].Name })
 	env := func(id, key, name string) (string, error) {
 		v := os.Getenv(name)
 		if v == "" {
@@ -65,37 +74,37 @@ func webhookSecrets(ids map[string]*identity) (webhook.Config, error) {
 		if ic.AppSecretEnv != "" {
 			v, err := env(n, "app_secret_env", ic.AppSecretEnv)
 			if err != nil {
-				return cfg, err
+				return cfg, nil, err
 			}
 			cfg.WhatsApp = append(cfg.WhatsApp, webhook.AppSecret{Identity: n, Secret: []byte(v)})
 		}
 		if ic.VerifyTokenEnv != "" {
 			v, err := env(n, "verify_token_env", ic.VerifyTokenEnv)
 			if err != nil {
-				return cfg, err
+				return cfg, nil, err
 			}
 			cfg.VerifyTokens = append(cfg.VerifyTokens, v)
 		}
 		if ic.WebhookSecretEnv != "" {
 			v, err := env(n, "webhook_secret_env", ic.WebhookSecretEnv)
 			if err != nil {
-				return cfg, err
+				return cfg, nil, err
 			}
 			hs := webhook.HTTPSecrets{Identity: n}
 			for _, f := range strings.Fields(v) {
 				s, err := verify.ParseSecret(f)
 				if err != nil {
-					return cfg, usagef("identity %s: %s (webhook_secret_env) does not hold whsec_ secrets", n, ic.WebhookSecretEnv)
+					return cfg, nil, usagef("identity %s: %s (webhook_secret_env) does not hold whsec_ secrets", n, ic.WebhookSecretEnv)
 				}
 				hs.Secrets = append(hs.Secrets, s)
 			}
 			if len(hs.Secrets) == 0 {
-				return cfg, usagef("identity %s: %s (webhook_secret_env) holds no whsec_ secret", n, ic.WebhookSecretEnv)
+				return cfg, nil, usagef("identity %s: %s (webhook_secret_env) holds no whsec_ secret", n, ic.WebhookSecretEnv)
 			}
 			cfg.HTTP = append(cfg.HTTP, hs)
 		}
 	}
-	return cfg, nil
+	return cfg, skipped, nil
 }
 
 // phoneNumberIDs maps the WhatsApp identities' phone_number_ids to their
@@ -159,13 +168,19 @@ SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			wc, err := webhookSecrets(a.cfg.Identities)
+			wc, skipped, err := webhookSecrets(a.cfg.Identities)
 			if err != nil {
 				return err
 			}
 			if len(wc.WhatsApp) == 0 && len(wc.HTTP) == 0 {
+				if len(skipped) > 0 {
+					return usagef("no identity's webhook secrets are set here, nothing could be verified: %s", skippedList(skipped))
+				}
 				return usagef("no identity has app_secret_env (whatsapp) or webhook_secret_env (http): nothing could be verified")
 			}
+			warnSkipped(a, "webhook", skipped, func(skippedIdentity) string {
+				return "its deliveries get 401 here, so its provider retries them"
+			})
 			st, err := a.store(cmd.Context())
 			if err != nil {
 				return err

@@ -48,6 +48,21 @@ var settings = []struct{ key, flag, def string }{
 	{"health.max_stuck", "max-stuck", ""},
 	{"health.max_unknown", "max-unknown", ""},
 	{"health.max_sending_past_lease", "max-sending-past-lease", ""},
+	// health's thresholds on the vital signs (stats_vitals.go) and the
+	// spans they are measured over.
+	{"health.max_key_conflicts", "max-key-conflicts", ""},
+	{"health.max_sending_long", "max-sending-long", ""},
+	{"health.max_failed_permanent", "max-failed-permanent", ""},
+	{"health.max_failed_expired", "max-failed-expired", ""},
+	{"health.max_failed_exhausted", "max-failed-exhausted", ""},
+	{"health.max_failed_canceled", "max-failed-canceled", ""},
+	{"health.max_failed_resolved", "max-failed-resolved", ""},
+	{"health.max_resends", "max-resends", ""},
+	{"health.max_maybe_sent", "max-maybe-sent", ""},
+	{"health.max_sent_without_progress", "max-sent-without-progress", ""},
+	{"health.max_unsendable", "max-unsendable", ""},
+	{"health.window", "window", ""},
+	{"health.no_progress_after", "no-progress-after", ""},
 }
 
 // loadConfig resolves the settings for the command about to run.
@@ -102,7 +117,13 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 			MaxStuck:            v.GetString("health.max_stuck"),
 			MaxUnknown:          v.GetString("health.max_unknown"),
 			MaxSendingPastLease: v.GetString("health.max_sending_past_lease"),
+			Vitals:              map[string]string{},
+			Window:              v.GetString("health.window"),
+			NoProgressAfter:     v.GetString("health.no_progress_after"),
 		},
+	}
+	for _, t := range vitalThresholds {
+		cfg.Health.Vitals[t.name] = v.GetString("health." + t.name)
 	}
 	var raw map[string]identityConfig
 	// A misspelt identity field (token_evn) is refused like a misspelt key.

@@ -166,6 +166,8 @@ identities:
     phone_number_id: "1000001"
     token_env: MSGQ_TEST_TOKEN
     retry: {base: 10ms, cap: 50ms, max_attempts: 8}
+    rate: "off"                   # this test is about kills, not pacing: WhatsApp's
+    per_recipient_interval: "off" # default limits would only make it slower
 `, provider, base), n)
 
 	// The test reads the store itself to kill each drain while it has

@@ -2,8 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,24 @@ const (
 // builtinSim is the identity that exists with no configuration at all: the
 // in-process simulator, so the quick start runs on a fresh machine.
 const builtinSim = "sim"
+
+// identityGrammar is what an identity name may be: the grammar of keys
+// (store.ValidKey), so a name is safe in a table cell, a log line, a
+// Prometheus label and a file name, and never carries a newline or a
+// control character.
+const identityGrammar = "1 to 64 characters of A-Za-z0-9._:-"
+
+// WhatsApp's own limits (Cloud API): 80 messages a second per business
+// number by default, and one message every 6 seconds to one user (a burst
+// borrows from later quota and ends in error 131056). A whatsapp identity
+// gets them unless its config says otherwise ("off" turns one off).
+const (
+	whatsappDefaultRate         = "80/s"
+	whatsappDefaultPerRecipient = "6s"
+)
+
+// settingOff turns a pacing limit off.
+const settingOff = "off"
 
 // identityConfig is one entry under `identities:` in the config file.
 type identityConfig struct {
@@ -63,9 +82,59 @@ type identity struct {
 	Config identityConfig
 	Policy retry.Policy
 	Pacing store.Pacing
-	Rate   string // as written, for display
+	// Rate and PerRecipient are the limits in force, for display: as
+	// written, the provider's default, or "off"; RateDefault and
+	// PerRecipientDefault say the provider's default applies.
+	Rate, PerRecipient               string
+	RateDefault, PerRecipientDefault bool
+	// Channels are the channels the identity sends on, its default first.
+	Channels []string
 	// Window is the customer-service window (0: none is enforced).
 	Window time.Duration
+}
+
+// sendsOn says whether the identity sends on channel.
+func (id *identity) sendsOn(channel string) bool {
+	return slices.Contains(id.Channels, channel)
+}
+
+// missingSendEnv names the environment variables the identity needs to
+// send (its token) that are not set in this process.
+func (id *identity) missingSendEnv() []string {
+	if id.Config.TokenEnv != "" && os.Getenv(id.Config.TokenEnv) == "" {
+		return []string{id.Config.TokenEnv + " (token_env)"}
+	}
+	return nil
+}
+
+// missingWebhookEnv names the environment variables the identity's webhook
+// verification needs that are not set in this process.
+func (id *identity) missingWebhookEnv() []string {
+	var out []string
+	ic := id.Config
+	for _, e := range []struct{ name, key string }{
+		{ic.AppSecretEnv, "app_secret_env"}, {ic.VerifyTokenEnv, "verify_token_env"}, {ic.WebhookSecretEnv, "webhook_secret_env"},
+	} {
+		if e.name != "" && os.Getenv(e.name) == "" {
+			out = append(out, e.name+" ("+e.key+")")
+		}
+	}
+	return out
+}
+
+// identityNames lists the configured identities, sorted, for messages
+// that name the known ones.
+func identityNames(ids map[string]*identity) string {
+	return strings.Join(slices.Sorted(maps.Keys(ids)), ", ")
+}
+
+// unknownIdentity is the error for a name that is not configured: bad
+// input, naming the identities that are.
+func unknownIdentity(name string, ids map[string]*identity) error {
+	if !store.ValidKey(name) {
+		return &store.InvalidError{Field: "identity", Msg: fmt.Sprintf("%q is not a valid name (%s)", name, identityGrammar)}
+	}
+	return &store.InvalidError{Field: "identity", Msg: fmt.Sprintf("%q is not configured (known: %s)", name, identityNames(ids))}
 }
 
 // parseIdentities validates the identities section; the built-in sim is
@@ -95,16 +164,17 @@ func parseIdentities(raw map[string]identityConfig) (map[string]*identity, error
 		byNumber[n] = name
 	}
 	if _, ok := out[builtinSim]; !ok {
-		out[builtinSim] = &identity{Name: builtinSim, Config: identityConfig{Provider: providerSim}, Policy: retry.DefaultPolicy()}
+		out[builtinSim] = &identity{Name: builtinSim, Config: identityConfig{Provider: providerSim}, Policy: retry.DefaultPolicy(),
+			Rate: settingOff, PerRecipient: settingOff, Channels: []string{store.ChannelWhatsApp, store.ChannelSMS}}
 	}
 	return out, nil
 }
 
 func parseIdentity(name string, ic identityConfig) (*identity, error) {
 	if !store.ValidKey(name) {
-		return nil, fmt.Errorf("names are 1 to 64 characters of A-Za-z0-9._:-")
+		return nil, fmt.Errorf("names are %s", identityGrammar)
 	}
-	id := &identity{Name: name, Config: ic, Policy: retry.DefaultPolicy(), Rate: ic.Rate}
+	id := &identity{Name: name, Config: ic, Policy: retry.DefaultPolicy()}
 	switch ic.Provider {
 	case providerWhatsApp:
 		if ic.PhoneNumberID == "" {
@@ -146,25 +216,50 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 		}
 		id.Window = d
 	}
-	if ic.Channel != "" && ic.Channel != store.ChannelWhatsApp && ic.Channel != store.ChannelSMS {
+	// The channels it sends on: a WhatsApp number sends WhatsApp messages
+	// and nothing else; the http API and the simulator carry the channel
+	// in each request, so they send on the one configured, or on either.
+	switch {
+	case ic.Channel != "" && ic.Channel != store.ChannelWhatsApp && ic.Channel != store.ChannelSMS:
 		return nil, fmt.Errorf("channel must be whatsapp or sms (got %q)", ic.Channel)
+	case ic.Provider == providerWhatsApp && ic.Channel != "" && ic.Channel != store.ChannelWhatsApp:
+		return nil, fmt.Errorf("provider whatsapp sends on channel whatsapp only (got channel %s)", ic.Channel)
+	case ic.Provider == providerWhatsApp:
+		id.Channels = []string{store.ChannelWhatsApp}
+	case ic.Channel != "":
+		id.Channels = []string{ic.Channel}
+	default:
+		id.Channels = []string{store.ChannelWhatsApp, store.ChannelSMS}
 	}
-	if ic.Rate != "" {
-		spacing, err := parseRate(ic.Rate)
+	rate, perRcpt := ic.Rate, ic.PerRecipientInterval
+	if ic.Provider == providerWhatsApp {
+		if rate == "" {
+			rate, id.RateDefault = whatsappDefaultRate, true
+		}
+		if perRcpt == "" {
+			perRcpt, id.PerRecipientDefault = whatsappDefaultPerRecipient, true
+		}
+	}
+	id.Rate, id.PerRecipient = settingOff, settingOff
+	if rate != "" && rate != settingOff {
+		spacing, err := parseRate(rate)
 		if err != nil {
 			return nil, err
 		}
-		id.Pacing.Spacing = spacing
+		id.Pacing.Spacing, id.Rate = spacing, rate
 	}
 	if h := ic.PacingHeadroom; h < 0 || h >= 1 {
 		return nil, fmt.Errorf("pacing_headroom %v must be a share in [0, 1), e.g. 0.1", h)
 	}
-	if ic.PerRecipientInterval != "" {
-		d, err := time.ParseDuration(ic.PerRecipientInterval)
+	if perRcpt != "" && perRcpt != settingOff {
+		d, err := time.ParseDuration(perRcpt)
 		if err != nil || d < 0 {
-			return nil, fmt.Errorf("per_recipient_interval %q is not a duration like 6s", ic.PerRecipientInterval)
+			return nil, fmt.Errorf("per_recipient_interval %q is not a duration like 6s (or off)", perRcpt)
 		}
 		id.Pacing.PerRecipient = d
+		if d > 0 {
+			id.PerRecipient = perRcpt
+		}
 	}
 	r := ic.Retry
 	for _, f := range []struct {
@@ -199,7 +294,7 @@ func parseRate(s string) (time.Duration, error) {
 	n, unit, ok := strings.Cut(s, "/")
 	count, err := strconv.Atoi(strings.TrimSpace(n))
 	if !ok || err != nil || count <= 0 {
-		return 0, fmt.Errorf("rate %q is not like 80/s, 600/m or 1000/h", s)
+		return 0, fmt.Errorf("rate %q is not like 80/s, 600/m or 1000/h (or off)", s)
 	}
 	per := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}[strings.TrimSpace(unit)]
 	if per == 0 {
@@ -219,34 +314,56 @@ func (id *identity) provider() (provider.Provider, error) {
 			return nil, usagef("identity %s: environment variable %s (token_env) is not set", id.Name, ic.TokenEnv)
 		}
 	}
+	return id.build(token), nil
+}
+
+// dedupesByKey says whether the identity's provider deduplicates sends by
+// key: a property of its kind, known without its token.
+func (id *identity) dedupesByKey() bool {
+	return id.build("").Idempotent()
+}
+
+func (id *identity) build(token string) provider.Provider {
+	ic := id.Config
 	switch ic.Provider {
 	case providerWhatsApp:
-		return whatsapp.New(whatsapp.Config{BaseURL: ic.BaseURL, PhoneNumberID: ic.PhoneNumberID, Token: token}), nil
+		return whatsapp.New(whatsapp.Config{BaseURL: ic.BaseURL, PhoneNumberID: ic.PhoneNumberID, Token: token})
 	case providerHTTP:
-		return httpapi.New(httpapi.Config{BaseURL: ic.BaseURL, Token: token}), nil
+		return httpapi.New(httpapi.Config{BaseURL: ic.BaseURL, Token: token})
 	}
 	if ic.BaseURL != "" {
 		// A sim served over HTTP (msgq sim serve) speaks the http API.
-		return httpapi.New(httpapi.Config{BaseURL: ic.BaseURL, Token: "sim"}), nil
+		return httpapi.New(httpapi.Config{BaseURL: ic.BaseURL, Token: "sim"})
 	}
-	return sim.New(sim.DefaultConfig()).Provider(), nil
+	return sim.New(sim.DefaultConfig()).Provider()
 }
 
-// drainIdentities builds the drain's view of the configured identities.
-func drainIdentities(ids map[string]*identity) (map[string]*drain.Identity, error) {
+// skippedIdentity is a configured identity this process cannot act for:
+// the secrets it needs are not in its environment.
+type skippedIdentity struct {
+	Name    string
+	Missing []string // the unset variables, each with its config key
+}
+
+// drainIdentities builds the drain's view of the identities that can
+// send from this process. An identity whose token is not in the
+// environment is skipped (its rows stay queued, for a drain that has it),
+// unless required names it: asked for by name, a missing token is bad
+// input.
+func drainIdentities(ids map[string]*identity, required bool) (map[string]*drain.Identity, []skippedIdentity, error) {
 	out := map[string]*drain.Identity{}
-	names := make([]string, 0, len(ids))
-	for n := range ids {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	var skipped []skippedIdentity
+	for _, n := range slices.Sorted(maps.Keys(ids)) {
 		id := ids[n]
+		if miss := id.missingSendEnv(); len(miss) > 0 && !required {
+			skipped = append(skipped, skippedIdentity{Name: n, Missing: miss})
+			continue
+		}
 		p, err := id.provider()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out[n] = &drain.Identity{Name: n, Provider: p, Policy: id.Policy, Pacing: id.Pacing, Headroom: id.Config.PacingHeadroom}
 	}
-	return out, nil
+	return out, skipped, nil
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/msgq/msgq/internal/phone"
@@ -36,6 +37,9 @@ const defaultLang = "en"
 // sendDefaults fill what a spec leaves empty (from flags and config).
 type sendDefaults struct {
 	Tenant, Identity, Channel, Region, Lane, Purpose string
+	// Identities are the configured identities: a row's identity must be
+	// one of them, and its channel one its identity sends on.
+	Identities map[string]*identity
 }
 
 // params turns a spec into store parameters, validated relative to now.
@@ -58,9 +62,6 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 		Payload: store.Payload{Template: s.Template, Lang: s.Lang, Params: s.Params, Text: s.Text,
 			FallbackTemplate: s.FallbackTemplate},
 	}
-	if p.Channel == "" {
-		p.Channel = store.ChannelWhatsApp
-	}
 	if p.Payload.Template != "" && p.Payload.Lang == "" {
 		p.Payload.Lang = defaultLang
 	}
@@ -79,6 +80,21 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 		return p, err
 	}
 	p.To = to
+	// The identity decides the default channel. A name that is not
+	// configured would wait in the queue forever, claimed by no drain.
+	id := d.Identities[p.Identity]
+	if id == nil && d.Identities != nil && p.Identity != "" {
+		return p, unknownIdentity(p.Identity, d.Identities)
+	}
+	switch {
+	case p.Channel == "" && id != nil:
+		p.Channel = id.Channels[0]
+	case p.Channel == "":
+		p.Channel = store.ChannelWhatsApp
+	case id != nil && (p.Channel == store.ChannelWhatsApp || p.Channel == store.ChannelSMS) && !id.sendsOn(p.Channel):
+		return p, &store.InvalidError{Field: "channel", Msg: fmt.Sprintf("identity %s (provider %s) does not send on %s (it sends on %s)",
+			p.Identity, id.Config.Provider, p.Channel, strings.Join(id.Channels, ", "))}
+	}
 	if s.NotBefore != "" {
 		if p.NotBefore, err = parseWhen(s.NotBefore, now); err != nil {
 			return p, &store.InvalidError{Field: "not_before", Msg: err.Error()}

@@ -44,7 +44,8 @@ type Store interface {
 	// when (tenant, key) exists with the same body hash (Replayed is true;
 	// nothing is written but the replay count Stats reports). Errors: *InvalidError when p fails Validate;
 	// *ConflictError (errors.Is ErrConflict) when the key exists with another
-	// body, naming the existing row.
+	// body, naming the existing row (nothing is written but the conflict
+	// count Stats reports).
 	MessageEnqueue(ctx context.Context, p *EnqueueParams) (*EnqueueResult, error)
 
 	// MessageEnqueueMany enqueues a batch in one durable transaction, with
@@ -178,6 +179,12 @@ type StatsParams struct {
 	// Window is the span of the recent figures (attempts by class,
 	// delivery latency); zero means one hour.
 	Window time.Duration
+	// ProgressIdentities are the identities whose webhooks msgq receives:
+	// only their sent rows can be expected to make progress (VitalStats.
+	// SentProgress). NoProgressAfter is how long a sent row may wait for
+	// it; zero means DefaultNoProgressAfter.
+	ProgressIdentities []string
+	NoProgressAfter    time.Duration
 }
 
 // Stats are the queue's vital signs. Field names are a JSON contract.
@@ -209,6 +216,9 @@ type Stats struct {
 	// The evidence figures (duplicate webhooks, unattributed inbound,
 	// parked statuses, unprocessed events), flattened into the JSON.
 	WebhookStats
+	// Key conflicts, long sends, failures by reason, resends, maybe_sent
+	// rows and sent progress (vitals.go), flattened into the JSON.
+	VitalStats
 }
 
 // LatencySample bounds how many of the latest deliveries Stats measures

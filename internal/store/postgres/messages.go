@@ -231,7 +231,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		for i := range found {
 			existing[found[i].Tenant+"\x00"+found[i].Key] = &found[i]
 		}
-		replays := 0
+		replays, conflicts := 0, 0
 		for _, r := range others {
 			m := existing[r.msg.Tenant+"\x00"+r.msg.Key]
 			switch {
@@ -242,13 +242,11 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 				replays++
 			default:
 				results[r.idx] = store.EnqueueResult{Err: &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: m.ID}}
+				conflicts++
 			}
 		}
-		if replays > 0 {
-			if _, err := tx.Exec(ctx, "INSERT INTO counters (name, n) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET n = counters.n + excluded.n",
-				store.CounterKeyReplays, replays); err != nil {
-				return fmt.Errorf("postgres: enqueue: count replays: %w", err)
-			}
+		if err := countRefusedWrites(ctx, tx, now, replays, conflicts); err != nil {
+			return err
 		}
 		return nil
 	})

@@ -159,7 +159,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		if err != nil {
 			return nil, err
 		}
-		replays := 0
+		replays, conflicts := 0, 0
 		for _, r := range others {
 			m := existing[r.msg.Tenant+"\x00"+r.msg.Key]
 			switch {
@@ -171,13 +171,11 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 				replays++
 			default:
 				results[r.idx] = store.EnqueueResult{Err: &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: m.ID}}
+				conflicts++
 			}
 		}
-		if replays > 0 {
-			if _, err := tx.ExecContext(ctx, "INSERT INTO counters (name, n) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET n = n + excluded.n",
-				store.CounterKeyReplays, replays); err != nil {
-				return nil, fmt.Errorf("sqlite: enqueue: count replays: %w", err)
-			}
+		if err := countRefusedWrites(ctx, tx, now, replays, conflicts); err != nil {
+			return nil, err
 		}
 	}
 	if err := tx.Commit(); err != nil {

@@ -148,6 +148,9 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	if err := webhookStats(ctx, tx, &st.WebhookStats); err != nil {
 		return nil, err
 	}
+	if err := vitalStats(ctx, tx, p, now, window, &st.VitalStats); err != nil {
+		return nil, err
+	}
 	rs, err = tx.QueryContext(ctx, "SELECT class, count(*) FROM attempts WHERE finished_at >= ? GROUP BY class", since)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)

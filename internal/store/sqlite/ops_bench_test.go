@@ -237,6 +237,17 @@ func BenchmarkOps1M(b *testing.B) {
 		}
 		ms(b, t0)
 	})
+	b.Run("store/Stats-sent-progress", func(b *testing.B) {
+		// What stats and health ask with webhooks configured: the sent
+		// rows of the last hour of every identity, and their progress.
+		t0 := time.Now()
+		for range b.N {
+			if _, err := s.Stats(ctx, &store.StatsParams{Now: now, ProgressIdentities: []string{"alerts", "shop", "sim", "support"}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ms(b, t0)
+	})
 	b.Run("store/MessageStuck", func(b *testing.B) {
 		t0 := time.Now()
 		for range b.N {

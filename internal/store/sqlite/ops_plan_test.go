@@ -232,6 +232,10 @@ func TestStatsAndStuckReadOnlyThroughIndexes(t *testing.T) {
 		call func() error
 	}{
 		{"Stats", func() error { _, err := s.Stats(ctx, &store.StatsParams{}); return err }},
+		{"Stats with sent progress", func() error {
+			_, err := s.Stats(ctx, &store.StatsParams{ProgressIdentities: []string{"sim", "other"}})
+			return err
+		}},
 		{"MessageStuck", func() error { _, err := s.MessageStuck(ctx, &store.StuckParams{OlderThan: time.Minute}); return err }},
 		{"MessageStuck --state unknown", func() error {
 			_, err := s.MessageStuck(ctx, &store.StuckParams{OlderThan: time.Minute, State: state.Unknown})

@@ -63,6 +63,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Ops", func(t *testing.T) { t.Parallel(); testOps(t, h) })
 	t.Run("Lease", func(t *testing.T) { t.Parallel(); testLease(t, h) })
 	t.Run("Webhook", func(t *testing.T) { t.Parallel(); testWebhook(t, h) })
+	t.Run("Vitals", func(t *testing.T) { t.Parallel(); testVitals(t, h) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {

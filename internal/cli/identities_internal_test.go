@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestIdentitiesJSONFieldsArePinned pins identities -o json (README "JSON
+// output") and stats' queued_unsendable items. Add, never rename.
+func TestIdentitiesJSONFieldsArePinned(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		v    any
+		want []string
+	}{
+		{"an identity", identityRow{}, []string{"channels", "configured", "missing_env", "name", "paused", "paused_at", "paused_reason",
+			"per_recipient_default", "per_recipient_interval", "provider", "queued", "rate", "rate_default", "sending", "sends_here",
+			"service_window", "unknown", "webhooks"}},
+		{"a queue that cannot send from here", unsendableQueue{}, []string{"identity", "queued", "why"}},
+	} {
+		if got := jsonKeys(t, tc.v); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: JSON fields %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestParseIdentityChannelsAndPacing: the channels an identity sends on
+// and the pacing it gets, by provider, default and override.
+func TestParseIdentityChannelsAndPacing(t *testing.T) {
+	t.Parallel()
+	wa := identityConfig{Provider: providerWhatsApp, PhoneNumberID: "1", TokenEnv: "T"}
+	for _, tc := range []struct {
+		name string
+		ic   identityConfig
+		want string // channels, rate (spacing, default), per recipient (interval, default)
+	}{
+		{"whatsapp gets WhatsApp's limits", wa, "[whatsapp] 80/s 12.5ms true 6s 6s true"},
+		{"whatsapp, limits off", with(wa, func(c *identityConfig) { c.Rate, c.PerRecipientInterval = "off", "off" }),
+			"[whatsapp] off 0s false off 0s false"},
+		{"whatsapp, its own limits", with(wa, func(c *identityConfig) { c.Rate, c.PerRecipientInterval = "1000/s", "1s" }),
+			"[whatsapp] 1000/s 1ms false 1s 1s false"},
+		{"whatsapp, channel whatsapp", with(wa, func(c *identityConfig) { c.Channel = "whatsapp" }), "[whatsapp] 80/s 12.5ms true 6s 6s true"},
+		{"http, no channel: either", identityConfig{Provider: providerHTTP, BaseURL: "http://x", TokenEnv: "T"},
+			"[whatsapp sms] off 0s false off 0s false"},
+		{"sim, channel sms", identityConfig{Provider: providerSim, Channel: "sms"}, "[sms] off 0s false off 0s false"},
+	} {
+		id, err := parseIdentity("x", tc.ic)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		got := fmt.Sprintf("%v %s %s %v %s %s %v", id.Channels, id.Rate, id.Pacing.Spacing, id.RateDefault,
+			id.PerRecipient, id.Pacing.PerRecipient, id.PerRecipientDefault)
+		if got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		id   string
+		ic   identityConfig
+		want string
+	}{
+		{"sms on a WhatsApp number", "x", with(wa, func(c *identityConfig) { c.Channel = "sms" }), "sends on channel whatsapp only"},
+		{"a newline in the name", "a\nb", wa, "names are 1 to 64 characters"},
+		{"a control character in the name", "a\x1bb", wa, "names are 1 to 64 characters"},
+		{"a rate that is neither a rate nor off", "x", with(wa, func(c *identityConfig) { c.Rate = "of" }), `rate "of" is not like 80/s`},
+		{"an interval that is neither", "x", with(wa, func(c *identityConfig) { c.PerRecipientInterval = "6" }), "(or off)"},
+	} {
+		if _, err := parseIdentity(tc.id, tc.ic); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func with(ic identityConfig, change func(*identityConfig)) identityConfig {
+	change(&ic)
+	return ic
+}
+
+// TestASpecsChannelDefaultsToItsIdentitys: the channel a row gets, from
+// the identity when --channel is not given.
+func TestASpecsChannelDefaultsToItsIdentitys(t *testing.T) {
+	t.Parallel()
+	ids, err := parseIdentities(map[string]identityConfig{
+		"shop":  {Provider: providerWhatsApp, PhoneNumberID: "1", TokenEnv: "T"},
+		"texts": {Provider: providerSim, Channel: "sms"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ identity, channel, want string }{
+		{"shop", "", "whatsapp"}, {"texts", "", "sms"}, {"sim", "", "whatsapp"}, {"sim", "sms", "sms"},
+		{"shop", "sms", "channel: identity shop (provider whatsapp) does not send on sms (it sends on whatsapp)"},
+		{"shpo", "", `identity: "shpo" is not configured (known: shop, sim, texts)`},
+		{"shop", "fax", `channel: must be whatsapp or sms (got "fax")`},
+	} {
+		s := sendSpec{Key: "k", To: "+15551234567", Text: "hi", Identity: tc.identity, Channel: tc.channel}
+		p, err := s.params(time.Now(), sendDefaults{Tenant: "default", Identities: ids})
+		got := p.Channel
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("identity %s, channel %q: %s, want %s", tc.identity, tc.channel, got, tc.want)
+		}
+	}
+}
