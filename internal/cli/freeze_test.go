@@ -55,6 +55,7 @@ func simCalls(t *testing.T, base string) []simCall {
 //   - every row the frozen drain had not called yet gets a history entry
 //     saying it was given back without a call, and every call it had made
 //     has its attempt on the row (the late answer is evidence, not lost).
+//
 // writableNow says whether another process could write to the store now:
 // always on PostgreSQL (row locks, not a file lock); on SQLite, whether a
 // write transaction can begin within a moment.
