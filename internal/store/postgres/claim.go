@@ -33,12 +33,21 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	now, horizon := p.Window(s.now)
 	if unpaced(p.Pacing) {
+		now, err := s.at(ctx, s.pool, p.Now)
+		if err != nil {
+			return nil, err
+		}
+		_, horizon := p.Window(func() time.Time { return now })
 		return s.claimUnpaced(ctx, p, now, horizon)
 	}
 	var claimed []store.Claimed
 	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
+		now, err := s.at(ctx, tx, p.Now)
+		if err != nil {
+			return err
+		}
+		_, horizon := p.Window(func() time.Time { return now })
 		b := &pgx.Batch{}
 		queueClaimPrelude(b, now)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -72,7 +81,9 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		// claim that waited for another's lock must not hand out slots
 		// counted from before its wait, which have passed by now, so that
 		// two calls to a recipient would start together.
-		now, _ = p.Window(s.now)
+		if now, err = s.at(ctx, tx, p.Now); err != nil {
+			return err
+		}
 		res, err := state.Transition(state.Queued, state.Event{Kind: state.Claim})
 		if err != nil {
 			return err
