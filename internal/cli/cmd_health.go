@@ -20,6 +20,7 @@ type healthSettings struct {
 	MaxStuck            string
 	MaxUnknown          string
 	MaxSendingPastLease string
+	MaxClockOffset      string
 }
 
 // threshold is one parsed limit: a count, or an age in nanoseconds.
@@ -41,6 +42,7 @@ func (h healthSettings) thresholds() ([]threshold, error) {
 		{"max_stuck", "max-stuck", h.MaxStuck, false},
 		{"max_unknown", "max-unknown", h.MaxUnknown, false},
 		{"max_sending_past_lease", "max-sending-past-lease", h.MaxSendingPastLease, false},
+		{"max_clock_offset", "max-clock-offset", h.MaxClockOffset, true},
 	} {
 		if s.v == "" {
 			continue
@@ -63,7 +65,7 @@ func (h healthSettings) thresholds() ([]threshold, error) {
 	}
 	if len(out) == 0 {
 		return nil, usagef("no thresholds: give at least one of --max-oldest-queued, --max-stuck, --max-unknown, " +
-			"--max-sending-past-lease (or set them in the config file's health: section)")
+			"--max-sending-past-lease, --max-clock-offset (or set them in the config file's health: section)")
 	}
 	return out, nil
 }
@@ -103,6 +105,10 @@ is required. Each is the most that is still healthy:
   --max-stuck N               rows in sending past their lease plus rows in unknown
   --max-unknown N             rows in unknown
   --max-sending-past-lease N  rows in sending whose lease has expired
+  --max-clock-offset D        the host clock of every drain, reconcile and webhook
+                              serve that measured it in the last 10 minutes is
+                              within D of the store's (PostgreSQL: the database
+                              server's; SQLite: always 0)
 
 Config file:
 
@@ -129,6 +135,7 @@ Config file:
 	f.String("max-stuck", "", "at most `N` rows in sending past their lease plus unknown [MSGQ_HEALTH_MAX_STUCK]")
 	f.String("max-unknown", "", "at most `N` rows in unknown [MSGQ_HEALTH_MAX_UNKNOWN]")
 	f.String("max-sending-past-lease", "", "at most `N` rows in sending whose lease has expired [MSGQ_HEALTH_MAX_SENDING_PAST_LEASE]")
+	f.String("max-clock-offset", "", "every recently measured host clock within `D` (e.g. 2s) of the store's [MSGQ_HEALTH_MAX_CLOCK_OFFSET]")
 	return cmd
 }
 
@@ -161,6 +168,10 @@ func runHealth(ctx context.Context, a *app, ts []threshold) error {
 		case "max_sending_past_lease":
 			c.Value = int64(s.SendingPastLease)
 			c.Message = fmt.Sprintf("%s in sending past the lease (max %d)", nRows(c.Value), t.max)
+		case "max_clock_offset":
+			c.Value = int64(abs(s.ClockOffset))
+			c.Message = fmt.Sprintf("clock of %s is %+.3fs off the store's clock (max %s)", s.ClockOffsetProcess,
+				s.ClockOffset.Seconds(), human(time.Duration(t.max)))
 		}
 		c.Crossed = c.Value > c.Max
 		if !c.Crossed {

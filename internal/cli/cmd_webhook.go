@@ -117,6 +117,7 @@ type webhookServeOptions struct {
 	process   bool
 	poll      time.Duration
 	grace     time.Duration
+	clockWarn time.Duration
 }
 
 func (o *webhookServeOptions) Validate() error {
@@ -166,6 +167,9 @@ SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
 			if len(wc.WhatsApp) == 0 && len(wc.HTTP) == 0 {
 				return usagef("no identity has app_secret_env (whatsapp) or webhook_secret_env (http): nothing could be verified")
 			}
+			if o.clockWarn, err = a.cfg.clockWarn(); err != nil {
+				return err
+			}
 			st, err := a.store(cmd.Context())
 			if err != nil {
 				return err
@@ -180,10 +184,19 @@ SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
 	f.BoolVar(&o.process, "process", true, "process stored deliveries in this process (false: leave them to msgq webhook process)")
 	f.DurationVar(&o.poll, "poll", time.Second, "how often the worker looks again at parked statuses")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long requests in progress may finish")
+	addClockWarnFlag(cmd)
 	return cmd
 }
 
 func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Config, o *webhookServeOptions) error {
+	// The evidence it applies is timed on the store's clock; a host whose
+	// clock is off is reported (and its offset recorded for stats).
+	clk := newClockWatch(a, st, "webhook serve", "", o.clockWarn)
+	cctx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopClock()
+	if err := clk.start(cctx); err != nil {
+		return err
+	}
 	wake := make(chan struct{}, 1)
 	wc.Store, wc.MaxBody, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.tolerance, a.log, a.now
 	if o.process {

@@ -29,6 +29,9 @@ type config struct {
 	// Health are health's thresholds as written ("" when not set); the
 	// health command parses them (cmd_health.go).
 	Health healthSettings
+	// ClockWarn is the clock offset past which drain, reconcile and
+	// webhook serve warn, as written (clock.go parses it).
+	ClockWarn string
 	// Identities are the sending identities, the built-in sim included.
 	Identities map[string]*identity
 }
@@ -48,6 +51,9 @@ var settings = []struct{ key, flag, def string }{
 	{"health.max_stuck", "max-stuck", ""},
 	{"health.max_unknown", "max-unknown", ""},
 	{"health.max_sending_past_lease", "max-sending-past-lease", ""},
+	{"health.max_clock_offset", "max-clock-offset", ""},
+	// drain, reconcile and webhook serve: warn past this clock offset.
+	{"clock_warn", clockWarnFlag, defaultClockWarn.String()},
 }
 
 // loadConfig resolves the settings for the command about to run.
@@ -102,7 +108,9 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 			MaxStuck:            v.GetString("health.max_stuck"),
 			MaxUnknown:          v.GetString("health.max_unknown"),
 			MaxSendingPastLease: v.GetString("health.max_sending_past_lease"),
+			MaxClockOffset:      v.GetString("health.max_clock_offset"),
 		},
+		ClockWarn: v.GetString("clock_warn"),
 	}
 	var raw map[string]identityConfig
 	// A misspelt identity field (token_evn) is refused like a misspelt key.

@@ -38,9 +38,13 @@ type sendDefaults struct {
 	Tenant, Identity, Channel, Region, Lane, Purpose string
 }
 
-// params turns a spec into store parameters, validated relative to now.
-// Errors are bad input (exit 2) and name the field.
-func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, error) {
+// params turns a spec into store parameters. Times given as durations
+// ("5m") stay durations: the store resolves them on its own clock (on
+// PostgreSQL the database server's, which every drain shares), and it
+// judges whether a deadline has passed, so a sender whose host clock is
+// wrong neither schedules wrong nor refuses a good deadline. Errors are
+// bad input (exit 2) and name the field.
+func (s *sendSpec) params(d sendDefaults) (store.EnqueueParams, error) {
 	pick := func(v, def string) string {
 		if v == "" {
 			return def
@@ -80,8 +84,12 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	}
 	p.To = to
 	if s.NotBefore != "" {
-		if p.NotBefore, err = parseWhen(s.NotBefore, now); err != nil {
-			return p, &store.InvalidError{Field: "not_before", Msg: err.Error()}
+		if t, err := time.Parse(time.RFC3339, s.NotBefore); err == nil {
+			p.NotBefore = t
+		} else if d, err := time.ParseDuration(s.NotBefore); err == nil {
+			p.NotBeforeIn = d
+		} else {
+			return p, &store.InvalidError{Field: "not_before", Msg: fmt.Sprintf("%q is neither an RFC 3339 time nor a duration like 10m", s.NotBefore)}
 		}
 	}
 	switch {
@@ -95,7 +103,7 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 		if d <= 0 {
 			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%s puts the expiry in the past", s.ExpiresIn)}
 		}
-		p.ExpiresAt = now.Add(d)
+		p.ExpiresIn = d
 	case s.ExpiresAt != "":
 		t, err := time.Parse(time.RFC3339, s.ExpiresAt)
 		if err != nil {
@@ -104,7 +112,7 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 		p.ExpiresAt = t
 	}
 	p.Normalize()
-	return p, p.Validate(now)
+	return p, p.Validate(time.Time{})
 }
 
 // parseWhen reads an RFC 3339 time or a duration from now ("10m").

@@ -76,6 +76,10 @@ type Config struct {
 	// zero means one hour.
 	HoldFor time.Duration
 
+	// Now is the store's clock as this process knows it (its host's
+	// clock corrected by the measured offset; time.Now when nil): pacing
+	// slots, deadlines and leases come from the store's clock, and the
+	// drain's own waits and checks against them must read the same one.
 	Now  func() time.Time
 	Rand func() float64
 	Log  *slog.Logger
@@ -511,8 +515,14 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 	if note != "" {
 		det = note + "; " + det
 	}
+	// The retry is scheduled as a delay from the store's clock, not at
+	// a time read here: the store decides when rows are due on its own
+	// clock (PostgreSQL: the server's), whatever this host's says.
 	p := &store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: cfg.Owner, Event: ev, MaybeSent: maybeSent,
-		NoCall: started.IsZero(), Source: store.SourceDrain, Detail: det, NextAttemptAt: dec.At, ProviderID: res.ProviderID}
+		NoCall: started.IsZero(), Source: store.SourceDrain, Detail: det, ProviderID: res.ProviderID}
+	if !dec.At.IsZero() {
+		p.NextAttemptIn = max(0, dec.At.Sub(cfg.Now()))
+	}
 	if res.Class != retry.Accepted {
 		p.LastError = lastError(res)
 	}
