@@ -126,7 +126,7 @@ func (w *clockWatch) measure(ctx context.Context) error {
 			side = "behind"
 		}
 		fmt.Fprintf(w.stderr, "msgq: warning: this host's clock is %s %s the store's (database server's) clock (offset %+.3fs, threshold %s); "+
-			"msgq decides on the server's clock, but fix this host's time sync\n", abs(off), side, off.Seconds(), w.warnAt)
+			"msgq decides on the server's clock, but fix this host's time sync\n", human(abs(off)), side, off.Seconds(), w.warnAt)
 	}
 	if w.noRecord {
 		return nil
