@@ -439,4 +439,13 @@ func TestClockOffsetOnSQLiteIsZero(t *testing.T) {
 	if _, stderr, code := e.try("health", "--max-clock-offset", "1s"); code != 0 {
 		t.Errorf("health --max-clock-offset 1s on SQLite: exit %d: %s", code, stderr)
 	}
+	// The test hook refuses what is not a duration, like any bad input.
+	if out, stderr, code := e.skewed(0).try("stats"); code != 0 {
+		t.Errorf("stats with a zero offset: exit %d: %s%s", code, out, stderr)
+	}
+	bad := &msgqEnv{t: t, env: append(append([]string{}, e.env...), "MSGQ_TEST_CLOCK_OFFSET=soon")}
+	if out, stderr, code := bad.try("stats"); code != 2 || out != "" ||
+		stderr != "msgq: MSGQ_TEST_CLOCK_OFFSET \"soon\" is not a duration like 600s or -10m\n" {
+		t.Errorf("MSGQ_TEST_CLOCK_OFFSET=soon: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
 }

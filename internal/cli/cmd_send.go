@@ -116,7 +116,7 @@ type sendResult struct {
 }
 
 func runSend(ctx context.Context, a *app, o *sendOptions) error {
-	p, err := o.spec.params(a.sendDefaults(o))
+	p, err := o.spec.params(a.now(), a.sendDefaults(o))
 	if err != nil {
 		return err
 	}

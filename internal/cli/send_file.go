@@ -172,7 +172,7 @@ func (b *bulk) add(bt *batch, n int, line []byte) {
 	var p store.EnqueueParams
 	err := parseLine(line, &spec)
 	if err == nil {
-		p, err = spec.params(b.defs)
+		p, err = spec.params(b.a.now(), b.defs)
 	}
 	if err != nil {
 		bt.lines = append(bt.lines, lineResult{Line: n, Result: "invalid", Key: spec.Key, Error: oneLine(err.Error())})

@@ -40,11 +40,12 @@ type sendDefaults struct {
 
 // params turns a spec into store parameters. Times given as durations
 // ("5m") stay durations: the store resolves them on its own clock (on
-// PostgreSQL the database server's, which every drain shares), and it
-// judges whether a deadline has passed, so a sender whose host clock is
-// wrong neither schedules wrong nor refuses a good deadline. Errors are
-// bad input (exit 2) and name the field.
-func (s *sendSpec) params(d sendDefaults) (store.EnqueueParams, error) {
+// PostgreSQL the database server's, which every drain shares), so a
+// sender whose host clock is wrong schedules right. An absolute deadline
+// already past on this host's clock (now) is refused here, before the
+// store is opened; the store judges again on its own clock. Errors are bad
+// input (exit 2) and name the field.
+func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, error) {
 	pick := func(v, def string) string {
 		if v == "" {
 			return def
@@ -112,7 +113,7 @@ func (s *sendSpec) params(d sendDefaults) (store.EnqueueParams, error) {
 		p.ExpiresAt = t
 	}
 	p.Normalize()
-	return p, p.Validate(time.Time{})
+	return p, p.Validate(now)
 }
 
 // parseWhen reads an RFC 3339 time or a duration from now ("10m").

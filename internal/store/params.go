@@ -62,10 +62,9 @@ func (p *EnqueueParams) Resolve(now time.Time) {
 	}
 }
 
-// Validate checks p as a store would accept it, relative to now. A zero
-// now checks all but the deadline against the clock: a sender validating
-// before the store does leaves the past to be judged by the store's clock.
-// Errors are *InvalidError naming the field.
+// Validate checks p as a store would accept it, relative to now (a
+// deadline given as a delay, ExpiresIn, needs no clock to check). Errors
+// are *InvalidError naming the field.
 func (p *EnqueueParams) Validate(now time.Time) error {
 	switch {
 	case !ValidKey(p.Tenant):
@@ -103,7 +102,7 @@ func (p *EnqueueParams) Validate(now time.Time) error {
 		return &InvalidError{"expires_at", "is not after not_before: the message could never go out"}
 	}
 	if !p.ExpiresAt.IsZero() && p.ExpiresIn == 0 {
-		if !now.IsZero() && !p.ExpiresAt.After(now) {
+		if !p.ExpiresAt.After(now) {
 			return &InvalidError{"expires_at", "is in the past (" + p.ExpiresAt.UTC().Format(time.RFC3339) + ")"}
 		}
 		if !p.NotBefore.IsZero() && p.NotBeforeIn == 0 && !p.ExpiresAt.After(p.NotBefore) {
