@@ -449,3 +449,63 @@ func TestClockOffsetOnSQLiteIsZero(t *testing.T) {
 		t.Errorf("MSGQ_TEST_CLOCK_OFFSET=soon: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 }
+
+// TestASkewedWebhookServeWarnsAndStillApplies: `webhook serve` on a host
+// ten minutes ahead warns once about its clock, records the offset (stats
+// names it), and still applies a status to its row, written on the
+// server's clock.
+func TestASkewedWebhookServeWarnsAndStillApplies(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := newBackend(t, "postgres", dir)
+	cfg := filepath.Join(dir, "msgq.yaml")
+	writeFile(t, cfg, webhookConfig)
+	e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + b.url, "MSGQ_TEST_TOKEN=t",
+		"MSGQ_TEST_APP_SECRET=" + testAppSecret, "MSGQ_TEST_VERIFY_TOKEN=v"}}
+	e.run("migrate")
+	st := b.watch(t)
+	ids, wamids := acceptedRows(t, st, 1)
+	p, url := startServe(t, e.skewed(10*time.Minute), "--poll", "50ms")
+	if code, err := postSigned(url, waStatusBody(wamids[0], "delivered", time.Now().Unix())); err != nil || code != 200 {
+		t.Fatalf("post: %d %v", code, err)
+	}
+	ctx := context.Background()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		m, err := st.MessageGet(ctx, "", ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.State == "delivered" {
+			now, err := st.ClockNow(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := now.Sub(m.UpdatedAt); d < 0 || d > time.Minute {
+				t.Errorf("delivered at %v, the server's clock says %v", m.UpdatedAt, now)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("row %s after 30s: %s", m.State, p.log.String())
+		}
+	}
+	var s struct {
+		Offset  int64  `json:"clock_offset_ns"`
+		Process string `json:"clock_offset_process"`
+	}
+	if err := json.Unmarshal([]byte(e.run("stats", "-o", "json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Duration(s.Offset) - 10*time.Minute; d.Abs() > 5*time.Second || !strings.HasPrefix(s.Process, "webhook serve@") {
+		t.Errorf("stats: clock offset %s by %q, want about 10m by webhook serve", time.Duration(s.Offset), s.Process)
+	}
+	if err := p.proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-p.done; err != nil {
+		t.Errorf("webhook serve after SIGTERM: %v: %s", err, p.log.String())
+	}
+	if n := strings.Count(p.log.String(), "msgq: warning: this host's clock is 10m ahead of the store's"); n != 1 {
+		t.Errorf("%d clock warnings, want 1: %s", n, p.log.String())
+	}
+}

@@ -191,6 +191,9 @@ SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
 func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Config, o *webhookServeOptions) error {
 	// The evidence it applies is timed on the store's clock; a host whose
 	// clock is off is reported (and its offset recorded for stats).
+	// Signature timestamps are checked against the store's clock as
+	// measured from here too: a host whose own clock drifted would refuse
+	// every signed delivery once past --tolerance.
 	clk := newClockWatch(a, st, "webhook serve", "", o.clockWarn)
 	cctx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopClock()
@@ -198,7 +201,7 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 		return err
 	}
 	wake := make(chan struct{}, 1)
-	wc.Store, wc.MaxBody, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.tolerance, a.log, a.now
+	wc.Store, wc.MaxBody, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.tolerance, a.log, clk.Now
 	if o.process {
 		wc.Stored = func() {
 			select {
