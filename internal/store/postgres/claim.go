@@ -33,34 +33,29 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if unpaced(p.Pacing) {
-		// No clock read of its own: the claim's statements read the
-		// server's (now(), one reading for the batch's transaction),
-		// unless a time is given.
-		var now *time.Time
-		if !p.Now.IsZero() || s.now != nil {
-			t, err := s.at(ctx, nil, p.Now)
-			if err != nil {
-				return nil, err
-			}
-			now = &t
+	// No clock read of its own to find the candidates: the statements
+	// read the server's clock (now(), one reading for the claim's
+	// transaction), unless a time is given (a test clock).
+	var start *time.Time
+	if !p.Now.IsZero() || s.now != nil {
+		t, err := s.at(ctx, nil, p.Now)
+		if err != nil {
+			return nil, err
 		}
-		_, horizon := p.Window(time.Now) // the horizon only
-		return s.claimUnpaced(ctx, p, now, horizon)
+		start = &t
+	}
+	_, horizon := p.Window(time.Now) // the horizon only
+	if unpaced(p.Pacing) {
+		return s.claimUnpaced(ctx, p, start, horizon)
 	}
 	var claimed []store.Claimed
 	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
-		now, err := s.at(ctx, tx, p.Now)
-		if err != nil {
-			return err
-		}
-		_, horizon := p.Window(func() time.Time { return now })
 		b := &pgx.Batch{}
-		queueClaimPrelude(b, &now)
+		queueClaimPrelude(b, start)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("postgres: claim: %w", err)
 		}
-		where, args := claimWhere(p, &now, horizon)
+		where, args := claimWhere(p, start, horizon)
 		// Over-fetch: pacing may pass over some candidates (a recipient
 		// messaged moments ago) in favour of later ones.
 		args = append(args, p.Limit*4+16)
@@ -88,7 +83,8 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		// claim that waited for another's lock must not hand out slots
 		// counted from before its wait, which have passed by now, so that
 		// two calls to a recipient would start together.
-		if now, err = s.at(ctx, tx, p.Now); err != nil {
+		now, err := s.at(ctx, tx, p.Now)
+		if err != nil {
 			return err
 		}
 		res, err := state.Transition(state.Queued, state.Event{Kind: state.Claim})
