@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -73,6 +74,7 @@ type clockWatch struct {
 	role      string
 	hostname  string
 	stderr    io.Writer
+	log       *slog.Logger
 	measureEv time.Duration
 	// noRecord measures and warns but writes nothing (reconcile
 	// --dry-run).
@@ -89,7 +91,7 @@ func newClockWatch(a *app, st store.Store, role, process string, warnAt time.Dur
 		process = fmt.Sprintf("%s@%s:%d", role, host, os.Getpid())
 	}
 	return &clockWatch{st: st, host: a.now, warnAt: warnAt, process: process, role: role, hostname: host,
-		stderr: a.ios.Err, measureEv: clockMeasureEvery}
+		stderr: a.ios.Err, log: a.log, measureEv: clockMeasureEvery}
 }
 
 // Now is the store's clock as this process knows it: the host's clock
@@ -134,14 +136,13 @@ func (w *clockWatch) measure(ctx context.Context) error {
 	return w.st.ClockOffsetRecord(ctx, &store.ClockOffset{Process: w.process, Host: w.hostname, Role: w.role, Offset: off, RTT: rtt})
 }
 
-// start measures once (an error is returned: a store that cannot answer a
-// clock read cannot take a claim either) and then every minute until ctx
-// ends; a later failure is logged by the caller's next store call, not
-// here, and the last offset stays in use.
-func (w *clockWatch) start(ctx context.Context) error {
-	if err := w.measure(ctx); err != nil {
-		return fmt.Errorf("measure the clock offset: %w", err)
-	}
+// start measures once and then every minute until ctx ends. A failed
+// measurement is logged and leaves the last offset in use (none yet: the
+// host's clock as it is): the store makes every shared decision on its own
+// clock anyway, and a process must not stop for want of a reading that
+// only corrects its own waits and reports the offset.
+func (w *clockWatch) start(ctx context.Context) {
+	w.measureOrLog(ctx)
 	go func() {
 		t := time.NewTicker(w.measureEv)
 		defer t.Stop()
@@ -150,11 +151,16 @@ func (w *clockWatch) start(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				_ = w.measure(ctx)
+				w.measureOrLog(ctx)
 			}
 		}
 	}()
-	return nil
+}
+
+func (w *clockWatch) measureOrLog(ctx context.Context) {
+	if err := w.measure(ctx); err != nil && ctx.Err() == nil {
+		w.log.Warn("could not measure this host's clock offset from the store's; trying again in a minute", "err", err)
+	}
 }
 
 func abs(d time.Duration) time.Duration {

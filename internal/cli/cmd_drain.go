@@ -109,13 +109,7 @@ an object on stdout.
 			clk := newClockWatch(a, st, "drain", owner, warnAt)
 			watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(cmd.Context()))
 			defer stopWatch()
-			if err := clk.start(watchCtx); err != nil {
-				if cmd.Context().Err() != nil {
-					fmt.Fprintln(a.ios.Err, "drain: stopped before it started; nothing claimed")
-					return nil
-				}
-				return err
-			}
+			clk.start(watchCtx)
 			sum, err := drain.Run(cmd.Context(), drain.Config{
 				Store: st, Identities: ids, Owner: owner, Lease: o.lease, CallTimeout: o.callTimeout,
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,

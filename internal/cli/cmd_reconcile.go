@@ -155,9 +155,7 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 	clk.noRecord = o.dryRun
 	cctx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopClock()
-	if err := clk.start(cctx); err != nil {
-		return err
-	}
+	clk.start(cctx)
 	// 0. Webhook evidence first (DESIGN.md §6): deliveries stored but not
 	// yet processed, and statuses parked until their row's provider id
 	// was known. What they settle needs no look-up and no person. With

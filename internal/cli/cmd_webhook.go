@@ -197,9 +197,7 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 	clk := newClockWatch(a, st, "webhook serve", "", o.clockWarn)
 	cctx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopClock()
-	if err := clk.start(cctx); err != nil {
-		return err
-	}
+	clk.start(cctx)
 	wake := make(chan struct{}, 1)
 	wc.Store, wc.MaxBody, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.tolerance, a.log, clk.Now
 	if o.process {
