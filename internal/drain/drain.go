@@ -169,6 +169,19 @@ type drainer struct {
 type outcome struct {
 	p      store.TransitionParams
 	finish func(store.TransitionResult)
+	// decided is when the outcome was decided (monotonic): a retry's
+	// delay counts from then, not from when the batch is written.
+	decided time.Time
+}
+
+// params is o's transition as it is written now: a retry's delay less
+// the time the outcome waited for its batch.
+func (o *outcome) params() store.TransitionParams {
+	p := o.p
+	if p.NextAttemptIn > 0 {
+		p.NextAttemptIn = max(0, p.NextAttemptIn-time.Since(o.decided))
+	}
+	return p
 }
 
 // maxOutcomeBatch bounds one outcome transaction.
@@ -182,7 +195,7 @@ func (d *drainer) recorder(wg *sync.WaitGroup) {
 	batch := make([]*outcome, 0, maxOutcomeBatch)
 	params := make([]store.TransitionParams, 0, maxOutcomeBatch)
 	for first := range d.outcomes {
-		batch, params = append(batch[:0], first), append(params[:0], first.p)
+		batch, params = append(batch[:0], first), append(params[:0], first.params())
 	fill:
 		for len(batch) < maxOutcomeBatch {
 			select {
@@ -190,7 +203,7 @@ func (d *drainer) recorder(wg *sync.WaitGroup) {
 				if !ok {
 					break fill
 				}
-				batch, params = append(batch, o), append(params, o.p)
+				batch, params = append(batch, o), append(params, o.params())
 			default:
 				break fill
 			}
@@ -531,7 +544,7 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 			HTTPStatus: res.HTTPStatus, ProviderCode: res.Code, ProviderSubcode: res.Subcode, RawError: res.RawError,
 			Latency: finished.Sub(started)}
 	}
-	d.outcomes <- &outcome{p: *p, finish: func(r store.TransitionResult) { d.recorded(log, res, dec, r) }}
+	d.outcomes <- &outcome{p: *p, finish: func(r store.TransitionResult) { d.recorded(log, res, dec, r) }, decided: time.Now()}
 }
 
 // recorded logs and counts what the store made of one outcome.
