@@ -106,6 +106,10 @@ an object on stdout.
 			if len(ids) == 0 {
 				return usagef("no identity can send from here: %s", skippedList(skipped))
 			}
+			warnAt, err := a.cfg.clockWarn()
+			if err != nil {
+				return err
+			}
 			st, err := a.store(cmd.Context())
 			if err != nil {
 				if cmd.Context().Err() != nil {
@@ -117,12 +121,21 @@ an object on stdout.
 				return err
 			}
 			warnSkipped(a, "drain", skipped, queuedStay(cmd.Context(), st, skipped))
+			// The drain times what it still times itself (slot waits,
+			// backoffs, its lease) on the store's clock as measured from
+			// this host; the store decides on its own clock.
+			owner := leaseOwner()
+			clk := newClockWatch(a, st, "drain", owner, warnAt)
+			watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(cmd.Context()))
+			defer stopWatch()
+			clk.start(watchCtx)
 			sum, err := drain.Run(cmd.Context(), drain.Config{
-				Store: st, Identities: ids, Owner: leaseOwner(), Lease: o.lease, CallTimeout: o.callTimeout,
+				Store: st, Identities: ids, Owner: owner, Lease: o.lease, CallTimeout: o.callTimeout,
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
 				MaxDuration: o.maxDuration, MaxMessages: o.maxMessages, Grace: o.grace, IdlePoll: o.poll, Log: a.log,
-				WindowClosed: windowClosed(a, st), HoldFor: o.holdFor,
+				WindowClosed: windowClosed(a, st, clk.Now), HoldFor: o.holdFor, Now: clk.Now,
 			})
+			stopWatch()
 			fmt.Fprintf(a.ios.Err, "drain: claimed %d, sent %d, retried %d, failed %d, unknown %d, identity pauses %d, leases lost %d, given back %d (%.1fs)\n",
 				sum.Claimed, sum.Sent, sum.Retried, sum.Failed, sum.Unknown, sum.Paused, sum.LeaseLost, sum.GivenBack, sum.Seconds)
 			if a.cfg.Output == outJSON {
@@ -145,6 +158,7 @@ an object on stdout.
 	f.DurationVar(&o.callTimeout, "call-timeout", 30*time.Second, "how long one provider call may take; a call starts only while the lease has this + "+drain.CallMargin.String()+" left")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long calls in flight may finish")
 	f.DurationVar(&o.holdFor, "hold-for", time.Hour, "how long free-form text to a closed customer-service window (with no fallback template) waits before it is tried again")
+	addClockWarnFlag(cmd)
 	f.DurationVar(&o.poll, "poll", 2*time.Second, "with --follow, how often an idle drain looks for due rows (on PostgreSQL an enqueue also wakes it at once)")
 	return cmd
 }
@@ -154,7 +168,7 @@ an object on stdout.
 // identity's service_window (none enforced: never closed). A store error
 // counts as open: the provider's own refusal (WhatsApp 131047) is the
 // backstop, and it cannot send anything twice.
-func windowClosed(a *app, st store.Store) func(ctx context.Context, identity, recipient string) bool {
+func windowClosed(a *app, st store.Store, now func() time.Time) func(ctx context.Context, identity, recipient string) bool {
 	return func(ctx context.Context, identity, recipient string) bool {
 		id := a.cfg.Identities[identity]
 		if id == nil || id.Window <= 0 {
@@ -165,7 +179,7 @@ func windowClosed(a *app, st store.Store) func(ctx context.Context, identity, re
 			a.log.Warn("drain: reading the customer-service window failed; sending as if open", "identity", identity, "err", err)
 			return false
 		}
-		return last.IsZero() || !a.now().Before(last.Add(id.Window))
+		return last.IsZero() || !now().Before(last.Add(id.Window))
 	}
 }
 

@@ -26,6 +26,7 @@ type healthSettings struct {
 	// spans they are measured over.
 	Vitals                  map[string]string
 	Window, NoProgressAfter string
+	MaxClockOffset          string
 }
 
 // threshold is one parsed limit: a count, or an age in nanoseconds.
@@ -47,6 +48,7 @@ func (h healthSettings) thresholds() ([]threshold, error) {
 		{"max_stuck", "max-stuck", h.MaxStuck, false},
 		{"max_unknown", "max-unknown", h.MaxUnknown, false},
 		{"max_sending_past_lease", "max-sending-past-lease", h.MaxSendingPastLease, false},
+		{"max_clock_offset", "max-clock-offset", h.MaxClockOffset, true},
 	}
 	for _, t := range vitalThresholds {
 		all = append(all, struct {
@@ -76,7 +78,7 @@ func (h healthSettings) thresholds() ([]threshold, error) {
 	}
 	if len(out) == 0 {
 		return nil, usagef("no thresholds: give at least one of --max-oldest-queued, --max-stuck, --max-unknown, " +
-			"--max-sending-past-lease or another --max-* flag of msgq health --help (or set them in the config file's health: section)")
+			"--max-sending-past-lease, --max-clock-offset or another --max-* flag of msgq health --help (or set them in the config file's health: section)")
 	}
 	return out, nil
 }
@@ -116,6 +118,10 @@ is required. Each is the most that is still healthy:
   --max-stuck N               rows in sending past their lease plus rows in unknown
   --max-unknown N             rows in unknown
   --max-sending-past-lease N  rows in sending whose lease has expired
+  --max-clock-offset D        the host clock of every drain, reconcile and webhook
+                              serve that measured it in the last 10 minutes is
+                              within D of the store's (PostgreSQL: the database
+                              server's; SQLite: always 0)
 
 The vital signs (see msgq stats), counts measured over --window (default 1h)
 where they say so:
@@ -171,6 +177,7 @@ Config file:
 	}
 	f.String("window", "", "the span `D` of the recent figures (default 1h; e.g. 30m, 1d) [MSGQ_HEALTH_WINDOW]")
 	f.String("no-progress-after", "", "how long `D` a sent row may wait for a status (default 15m) [MSGQ_HEALTH_NO_PROGRESS_AFTER]")
+	f.String("max-clock-offset", "", "every recently measured host clock within `D` (e.g. 2s) of the store's [MSGQ_HEALTH_MAX_CLOCK_OFFSET]")
 	return cmd
 }
 
@@ -211,6 +218,10 @@ func runHealth(ctx context.Context, a *app, ts []threshold) error {
 		case "max_sending_past_lease":
 			c.Value = int64(s.SendingPastLease)
 			c.Message = fmt.Sprintf("%s in sending past the lease (max %d)", nRows(c.Value), t.max)
+		case "max_clock_offset":
+			c.Value = int64(abs(s.ClockOffset))
+			c.Message = fmt.Sprintf("clock of %s is %+.3fs off the store's clock (max %s)", s.ClockOffsetProcess,
+				s.ClockOffset.Seconds(), human(time.Duration(t.max)))
 		default:
 			c.Value, c.Message, _ = vitalCheck(t.name, t.max, s, un)
 		}

@@ -17,7 +17,7 @@ several processes at once.
 ` + exitStatusHelp,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := openStore(cmd.Context(), a.cfg.Store, true, a.log)
+			st, err := openStore(cmd.Context(), a.cfg.Store, true, a.log, a.now)
 			if err != nil {
 				return err
 			}

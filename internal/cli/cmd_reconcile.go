@@ -87,6 +87,7 @@ person, for cron.
 	f.IntVar(&o.limit, "limit", 10000, "at most this many expired leases, and this many unknown rows, per run")
 	f.DurationVar(&o.callTimeout, "call-timeout", 10*time.Second, "how long one provider look-up may take")
 	f.StringVar(&o.tenant, "tenant", "", "tenant (default \"default\") [MSGQ_TENANT]")
+	addClockWarnFlag(cmd)
 	return cmd
 }
 
@@ -142,10 +143,22 @@ type planned struct {
 }
 
 func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
+	warnAt, err := a.cfg.clockWarn()
+	if err != nil {
+		return err
+	}
 	st, err := a.store(ctx)
 	if err != nil {
 		return err
 	}
+	// Measured once, at the start (a run is short; a long one measures
+	// again every minute): the takeovers below are decided on the store's
+	// clock, but a host whose clock is off is reported and recorded.
+	clk := newClockWatch(a, st, "reconcile", "", warnAt)
+	clk.noRecord = o.dryRun
+	cctx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopClock()
+	clk.start(cctx)
 	// 0. Webhook evidence first (DESIGN.md §6): deliveries stored but not
 	// yet processed, and statuses parked until their row's provider id
 	// was known. What they settle needs no look-up and no person. With
@@ -168,7 +181,12 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 			fmt.Fprintf(a.ios.Err, "reconcile: %d webhook statuses are parked: no message has their provider id yet\n", sum.Parked)
 		}
 	}
-	now := a.now()
+	// Leases are taken over on the store's clock (PostgreSQL: the
+	// server's), the one they were written on, never this host's.
+	now, err := st.ClockNow(ctx)
+	if err != nil {
+		return err
+	}
 	stuck := func(p store.StuckParams) ([]store.StuckMessage, error) {
 		p.Tenant, p.Identity, p.Now, p.Limit = a.cfg.Tenant, o.identity, now, o.limit
 		ms, err := st.MessageStuck(ctx, &p)

@@ -223,7 +223,17 @@ func printStats(w io.Writer, r *statsResult) error {
 		{"parked webhook statuses", strconv.Itoa(s.ParkedEvidence)},
 		{"unprocessed webhooks", strconv.Itoa(s.UnprocessedWebhooks)},
 		{"unreadable webhooks", strconv.Itoa(s.UnreadableWebhooks)},
+		{"largest clock offset", clockOffsetText(s)},
 	}, vitalRows(s, r.QueuedUnsendable)...))
+}
+
+// clockOffsetText is the largest recent clock offset for people, with the
+// process that measured it.
+func clockOffsetText(s *store.Stats) string {
+	if s.ClockOffsetProcess == "" {
+		return "0s (none measured in the last " + human(store.ClockOffsetRecent) + ")"
+	}
+	return fmt.Sprintf("%+.3fs (%s)", s.ClockOffset.Seconds(), s.ClockOffsetProcess)
 }
 
 // human rounds a duration for people: to the second from ten seconds up,
@@ -298,6 +308,9 @@ func printPrometheus(w io.Writer, s *store.Stats, un []unsendableQueue) error {
 		Set(s.DeliveryP50.Seconds())
 	gauge("msgq_delivery_latency_p95_seconds", "Sent-to-delivered latency, 95th percentile, of the deliveries within the window.").
 		Set(s.DeliveryP95.Seconds())
+	gauge("msgq_clock_offset_seconds", "The largest offset (host minus store clock; positive is ahead) a drain, reconcile or webhook serve "+
+		"measured in the last 10 minutes; PostgreSQL decides on the server's clock, so a large one means a host's time sync is broken. Always 0 on SQLite.").
+		Set(s.ClockOffset.Seconds())
 	gauge("msgq_stats_window_seconds", "The span of the msgq_recent_* figures.").Set(s.Window.Seconds())
 	gauge("msgq_stats_timestamp_seconds", "When these figures were taken (Unix time): alert when it stops moving.").
 		Set(float64(s.At.UnixMicro()) / 1e6)

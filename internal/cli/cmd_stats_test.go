@@ -191,7 +191,7 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 				t.Fatal(err)
 			}
 			fields := slices.Sorted(maps.Keys(raw))
-			want := []string{"at", "attempts_by_class", "counts", "delivered", "delivery_p50_ns", "delivery_p95_ns",
+			want := []string{"at", "attempts_by_class", "clock_offset_ns", "clock_offset_process", "counts", "delivered", "delivery_p50_ns", "delivery_p95_ns",
 				"duplicate_webhooks", "key_replays", "oldest_eligible_age_ns", "oldest_eligible_due_at", "parked_evidence",
 				"sending_past_lease", "unattributed_inbound", "unknown", "unprocessed_webhooks", "unreadable_webhooks", "window_ns"}
 			want = slices.Sorted(slices.Values(append(want, statsVitalFields...))) // stats_vitals_test.go
@@ -325,6 +325,7 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 				{"msgq_delivery_latency_p95_seconds", nil, 10},
 				{"msgq_stats_window_seconds", nil, 3600},
 				{"msgq_unreadable_webhooks", nil, 0},
+				{"msgq_clock_offset_seconds", nil, 0},
 			} {
 				if got := value(c.name, c.labels...); got != c.want {
 					t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -486,6 +487,10 @@ func TestStatsHealthAndPurgeRefuseBadInputBeforeTouchingTheStore(t *testing.T) {
 		{[]string{"health", "--max-sending-past-lease", "-2"}, `--max-sending-past-lease \(health.max_sending_past_lease\) "-2": want a count of 0 or more`},
 		{[]string{"health", "--max-oldest-queued", "5"}, `--max-oldest-queued \(health.max_oldest_queued\) "5": want a duration like 90d, 36h or 30m`},
 		{[]string{"health", "--max-oldest-queued", "-5m"}, `--max-oldest-queued \(health.max_oldest_queued\) "-5m": must not be negative`},
+		{[]string{"health", "--max-clock-offset", "-1s"}, `--max-clock-offset \(health.max_clock_offset\) "-1s": must not be negative`},
+		{[]string{"health", "--max-clock-offset", "2"}, `--max-clock-offset \(health.max_clock_offset\) "2": want a duration like 90d, 36h or 30m`},
+		{[]string{"drain", "--clock-warn", "0s"}, `--clock-warn \(clock_warn\) "0s": want a positive duration like 2s`},
+		{[]string{"reconcile", "--clock-warn", "soon"}, `--clock-warn \(clock_warn\) "soon": want a positive duration like 2s`},
 		{[]string{"health", "--max-stuck", "0", "extra"}, `want no arguments, got 1 argument\(s\)`},
 		{[]string{"health", "--config", badValue}, `--max-sending-past-lease \(health.max_sending_past_lease\) "lots": want a count of 0 or more`},
 		{[]string{"purge"}, `--older-than is required \(e.g. --older-than 90d\)`},

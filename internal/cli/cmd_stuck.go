@@ -92,7 +92,12 @@ func runStuck(ctx context.Context, a *app, o *stuckOptions) error {
 	if err != nil {
 		return err
 	}
-	now := a.now()
+	// Ages and lease expiry on the store's clock (PostgreSQL: the
+	// server's), the one every drain's lease was written on.
+	now, err := st.ClockNow(ctx)
+	if err != nil {
+		return err
+	}
 	ms, err := st.MessageStuck(ctx, &store.StuckParams{
 		OlderThan: o.olderThan, State: state.State(o.state), Tenant: a.cfg.Tenant, Identity: o.identity,
 		Purpose: o.purpose, Now: now, Limit: o.limit,

@@ -126,6 +126,7 @@ type webhookServeOptions struct {
 	process   bool
 	poll      time.Duration
 	grace     time.Duration
+	clockWarn time.Duration
 }
 
 func (o *webhookServeOptions) Validate() error {
@@ -181,6 +182,9 @@ SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
 			warnSkipped(a, "webhook", skipped, func(skippedIdentity) string {
 				return "its deliveries get 401 here, so its provider retries them"
 			})
+			if o.clockWarn, err = a.cfg.clockWarn(); err != nil {
+				return err
+			}
 			st, err := a.store(cmd.Context())
 			if err != nil {
 				return err
@@ -195,12 +199,22 @@ SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
 	f.BoolVar(&o.process, "process", true, "process stored deliveries in this process (false: leave them to msgq webhook process)")
 	f.DurationVar(&o.poll, "poll", time.Second, "how often the worker looks again at parked statuses")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long requests in progress may finish")
+	addClockWarnFlag(cmd)
 	return cmd
 }
 
 func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Config, o *webhookServeOptions) error {
+	// The evidence it applies is timed on the store's clock; a host whose
+	// clock is off is reported (and its offset recorded for stats).
+	// Signature timestamps are checked against the store's clock as
+	// measured from here too: a host whose own clock drifted would refuse
+	// every signed delivery once past --tolerance.
+	clk := newClockWatch(a, st, "webhook serve", "", o.clockWarn)
+	cctx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopClock()
+	clk.start(cctx)
 	wake := make(chan struct{}, 1)
-	wc.Store, wc.MaxBody, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.tolerance, a.log, a.now
+	wc.Store, wc.MaxBody, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.tolerance, a.log, clk.Now
 	if o.process {
 		wc.Stored = func() {
 			select {

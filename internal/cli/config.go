@@ -29,6 +29,9 @@ type config struct {
 	// Health are health's thresholds as written ("" when not set); the
 	// health command parses them (cmd_health.go).
 	Health healthSettings
+	// ClockWarn is the clock offset past which drain, reconcile and
+	// webhook serve warn, as written (clock.go parses it).
+	ClockWarn string
 	// Identities are the sending identities, the built-in sim included.
 	Identities map[string]*identity
 }
@@ -63,6 +66,9 @@ var settings = []struct{ key, flag, def string }{
 	{"health.max_unsendable", "max-unsendable", ""},
 	{"health.window", "window", ""},
 	{"health.no_progress_after", "no-progress-after", ""},
+	{"health.max_clock_offset", "max-clock-offset", ""},
+	// drain, reconcile and webhook serve: warn past this clock offset.
+	{"clock_warn", clockWarnFlag, defaultClockWarn.String()},
 }
 
 // loadConfig resolves the settings for the command about to run.
@@ -120,7 +126,9 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 			Vitals:              map[string]string{},
 			Window:              v.GetString("health.window"),
 			NoProgressAfter:     v.GetString("health.no_progress_after"),
+			MaxClockOffset:      v.GetString("health.max_clock_offset"),
 		},
+		ClockWarn: v.GetString("clock_warn"),
 	}
 	for _, t := range vitalThresholds {
 		cfg.Health.Vitals[t.name] = v.GetString("health." + t.name)

@@ -32,10 +32,15 @@ func Main() int {
 // Run executes one msgq invocation. It builds a fresh command tree each
 // time, so tests may run many at once.
 func Run(ctx context.Context, args []string, ios *IOStreams) int {
-	a := &app{ios: ios, now: time.Now}
+	now, err := hostClock(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(ios.Err, "msgq: %s\n", err)
+		return exitCode(err)
+	}
+	a := &app{ios: ios, now: now}
 	root := newRootCmd(a)
 	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
+	err = root.ExecuteContext(ctx)
 	if a.closeStore != nil {
 		if cerr := a.closeStore(); cerr != nil && err == nil {
 			err = cerr
@@ -133,7 +138,7 @@ func (a *app) store(ctx context.Context) (store.Store, error) {
 	if a.st != nil {
 		return a.st, nil
 	}
-	st, err := openStore(ctx, a.cfg.Store, false, a.log)
+	st, err := openStore(ctx, a.cfg.Store, false, a.log, a.now)
 	if err != nil {
 		return nil, err
 	}

@@ -42,8 +42,13 @@ type sendDefaults struct {
 	Identities map[string]*identity
 }
 
-// params turns a spec into store parameters, validated relative to now.
-// Errors are bad input (exit 2) and name the field.
+// params turns a spec into store parameters. Times given as durations
+// ("5m") stay durations: the store resolves them on its own clock (on
+// PostgreSQL the database server's, which every drain shares), so a
+// sender whose host clock is wrong schedules right. An absolute deadline
+// already past on this host's clock (now) is refused here, before the
+// store is opened; the store judges again on its own clock. Errors are bad
+// input (exit 2) and name the field.
 func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, error) {
 	pick := func(v, def string) string {
 		if v == "" {
@@ -96,8 +101,12 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 			p.Identity, id.Config.Provider, p.Channel, strings.Join(id.Channels, ", "))}
 	}
 	if s.NotBefore != "" {
-		if p.NotBefore, err = parseWhen(s.NotBefore, now); err != nil {
-			return p, &store.InvalidError{Field: "not_before", Msg: err.Error()}
+		if t, err := time.Parse(time.RFC3339, s.NotBefore); err == nil {
+			p.NotBefore = t
+		} else if d, err := time.ParseDuration(s.NotBefore); err == nil {
+			p.NotBeforeIn = d
+		} else {
+			return p, &store.InvalidError{Field: "not_before", Msg: fmt.Sprintf("%q is neither an RFC 3339 time nor a duration like 10m", s.NotBefore)}
 		}
 	}
 	switch {
@@ -111,7 +120,7 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 		if d <= 0 {
 			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%s puts the expiry in the past", s.ExpiresIn)}
 		}
-		p.ExpiresAt = now.Add(d)
+		p.ExpiresIn = d
 	case s.ExpiresAt != "":
 		t, err := time.Parse(time.RFC3339, s.ExpiresAt)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/store/postgres"
@@ -16,8 +17,10 @@ import (
 
 // openStore opens the store a --store value names. noMigrate leaves the
 // schema alone (msgq migrate applies it itself and reports what it did);
-// log receives what the store does on its own (nil: nothing).
-func openStore(ctx context.Context, raw string, noMigrate bool, log *slog.Logger) (store.Store, error) {
+// log receives what the store does on its own (nil: nothing). now is the
+// host's clock: SQLite's clock (every process of a SQLite store shares its
+// host), never PostgreSQL's, which is the database server's.
+func openStore(ctx context.Context, raw string, noMigrate bool, log *slog.Logger, now func() time.Time) (store.Store, error) {
 	switch {
 	case strings.HasPrefix(raw, "sqlite:"):
 		path := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite:"), "//")
@@ -31,7 +34,7 @@ func openStore(ctx context.Context, raw string, noMigrate bool, log *slog.Logger
 			}
 			path = filepath.Join(home, rest)
 		}
-		return sqlite.Open(ctx, path, sqlite.Options{NoMigrate: noMigrate})
+		return sqlite.Open(ctx, path, sqlite.Options{NoMigrate: noMigrate, Now: now})
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		st, err := postgres.Open(ctx, raw, postgres.Options{NoMigrate: noMigrate, Log: log})
 		if err != nil {

@@ -78,6 +78,10 @@ type Config struct {
 	// zero means one hour.
 	HoldFor time.Duration
 
+	// Now is the store's clock as this process knows it (its host's
+	// clock corrected by the measured offset; time.Now when nil): pacing
+	// slots, deadlines and leases come from the store's clock, and the
+	// drain's own waits and checks against them must read the same one.
 	Now  func() time.Time
 	Rand func() float64
 	Log  *slog.Logger
@@ -198,6 +202,19 @@ type drainer struct {
 type outcome struct {
 	p      store.TransitionParams
 	finish func(store.TransitionResult)
+	// decided is when the outcome was decided (monotonic): a retry's
+	// delay counts from then, not from when the batch is written.
+	decided time.Time
+}
+
+// params is o's transition as it is written now: a retry's delay less
+// the time the outcome waited for its batch.
+func (o *outcome) params() store.TransitionParams {
+	p := o.p
+	if p.NextAttemptIn > 0 {
+		p.NextAttemptIn = max(0, p.NextAttemptIn-time.Since(o.decided))
+	}
+	return p
 }
 
 // maxOutcomeBatch bounds one outcome transaction.
@@ -211,7 +228,7 @@ func (d *drainer) recorder(wg *sync.WaitGroup) {
 	batch := make([]*outcome, 0, maxOutcomeBatch)
 	params := make([]store.TransitionParams, 0, maxOutcomeBatch)
 	for first := range d.outcomes {
-		batch, params = append(batch[:0], first), append(params[:0], first.p)
+		batch, params = append(batch[:0], first), append(params[:0], first.params())
 	fill:
 		for len(batch) < maxOutcomeBatch {
 			select {
@@ -219,7 +236,7 @@ func (d *drainer) recorder(wg *sync.WaitGroup) {
 				if !ok {
 					break fill
 				}
-				batch, params = append(batch, o), append(params, o.p)
+				batch, params = append(batch, o), append(params, o.params())
 			default:
 				break fill
 			}
@@ -638,10 +655,16 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 		det = note + "; " + det
 	}
 	// KeepIfStale: an answer that finds the row taken over (a late answer
-	// after a freeze) is kept on it as evidence, never dropped.
+	// after a freeze) is kept on it as evidence, never dropped. The retry
+	// is scheduled as a delay from the store's clock, not at a time read
+	// here: the store decides when rows are due on its own clock
+	// (PostgreSQL: the server's), whatever this host's says.
 	p := &store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: cfg.Owner, LeaseUntil: leaseUntil(c), KeepIfStale: true,
 		Event: ev, MaybeSent: maybeSent,
-		NoCall: started.IsZero(), Source: store.SourceDrain, Detail: det, NextAttemptAt: dec.At, ProviderID: res.ProviderID}
+		NoCall: started.IsZero(), Source: store.SourceDrain, Detail: det, ProviderID: res.ProviderID}
+	if !dec.At.IsZero() {
+		p.NextAttemptIn = max(0, dec.At.Sub(cfg.Now()))
+	}
 	if res.Class != retry.Accepted {
 		p.LastError = lastError(res)
 	}
@@ -650,7 +673,7 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 			HTTPStatus: res.HTTPStatus, ProviderCode: res.Code, ProviderSubcode: res.Subcode, RawError: res.RawError,
 			Latency: finished.Sub(started)}
 	}
-	d.outcomes <- &outcome{p: *p, finish: func(r store.TransitionResult) { d.recorded(log, res, dec, r) }}
+	d.outcomes <- &outcome{p: *p, finish: func(r store.TransitionResult) { d.recorded(log, res, dec, r) }, decided: time.Now()}
 }
 
 // recorded logs and counts what the store made of one outcome.

@@ -51,8 +51,20 @@ func (p *EnqueueParams) Normalize() {
 	}
 }
 
-// Validate checks p as a store would accept it, relative to now. Errors are
-// *InvalidError naming the field.
+// Resolve turns p's delays (NotBeforeIn, ExpiresIn) into times on the
+// store's clock, now. Stores call it before Validate.
+func (p *EnqueueParams) Resolve(now time.Time) {
+	if p.NotBeforeIn != 0 {
+		p.NotBefore, p.NotBeforeIn = now.Add(p.NotBeforeIn), 0
+	}
+	if p.ExpiresIn != 0 {
+		p.ExpiresAt, p.ExpiresIn = now.Add(p.ExpiresIn), 0
+	}
+}
+
+// Validate checks p as a store would accept it, relative to now (a
+// deadline given as a delay, ExpiresIn, needs no clock to check). Errors
+// are *InvalidError naming the field.
 func (p *EnqueueParams) Validate(now time.Time) error {
 	switch {
 	case !ValidKey(p.Tenant):
@@ -83,11 +95,17 @@ func (p *EnqueueParams) Validate(now time.Time) error {
 	case pl.FallbackTemplate != "" && pl.Text == "":
 		return &InvalidError{"fallback_template", "only applies to free-form text"}
 	}
-	if !p.ExpiresAt.IsZero() {
+	switch {
+	case p.ExpiresIn < 0:
+		return &InvalidError{"expires_in", "puts the deadline in the past (" + p.ExpiresIn.String() + ")"}
+	case p.ExpiresIn > 0 && p.NotBeforeIn != 0 && p.ExpiresIn <= p.NotBeforeIn:
+		return &InvalidError{"expires_at", "is not after not_before: the message could never go out"}
+	}
+	if !p.ExpiresAt.IsZero() && p.ExpiresIn == 0 {
 		if !p.ExpiresAt.After(now) {
 			return &InvalidError{"expires_at", "is in the past (" + p.ExpiresAt.UTC().Format(time.RFC3339) + ")"}
 		}
-		if !p.NotBefore.IsZero() && !p.ExpiresAt.After(p.NotBefore) {
+		if !p.NotBefore.IsZero() && p.NotBeforeIn == 0 && !p.ExpiresAt.After(p.NotBefore) {
 			return &InvalidError{"expires_at", "is not after not_before: the message could never go out"}
 		}
 	}

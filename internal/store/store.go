@@ -132,6 +132,18 @@ type Store interface {
 	// Stats returns the queue's vital signs at p.Now (DESIGN.md §9).
 	Stats(ctx context.Context, p *StatsParams) (*Stats, error)
 
+	// ClockNow returns the store's clock: the time every decision that
+	// several processes share is made at (claims, leases, pacing slots,
+	// schedules, deadlines, ages). PostgreSQL: the database server's
+	// clock, so that drains on hosts whose clocks disagree still agree;
+	// SQLite: the host's (every process of the store runs on it).
+	ClockNow(ctx context.Context) (time.Time, error)
+
+	// ClockOffsetRecord records a process's measured offset from the
+	// store's clock, for Stats (ClockOffset). Stores whose clock is the
+	// host's (SQLite) keep nothing: the offset is zero by construction.
+	ClockOffsetRecord(ctx context.Context, p *ClockOffset) error
+
 	// MessagePurge drops the payloads (and their attempts' raw error
 	// bodies) of finished rows (sent, delivered, read, failed) created
 	// before p.Before, keeping tenant, key, body hash and state, so that a
@@ -213,12 +225,38 @@ type Stats struct {
 	DeliveryP50 time.Duration `json:"delivery_p50_ns"`
 	DeliveryP95 time.Duration `json:"delivery_p95_ns"`
 	Window      time.Duration `json:"window_ns"`
+	// ClockOffset is the largest (by magnitude, sign kept: positive is a
+	// host clock ahead of the store's) offset from the store's clock that
+	// a drain, reconcile or webhook serve measured within
+	// ClockOffsetRecent, and ClockOffsetProcess the process that measured
+	// it ("" when none reported). Always zero on SQLite.
+	ClockOffset        time.Duration `json:"clock_offset_ns"`
+	ClockOffsetProcess string        `json:"clock_offset_process"`
 	// The evidence figures (duplicate webhooks, unattributed inbound,
 	// parked statuses, unprocessed events), flattened into the JSON.
 	WebhookStats
 	// Key conflicts, long sends, failures by reason, resends, maybe_sent
 	// rows and sent progress (vitals.go), flattened into the JSON.
 	VitalStats
+}
+
+// ClockOffsetRecent is how old a process's offset measurement may be and
+// still count in Stats: processes measure every minute, so a process that
+// stopped drops out of the figure after a few missed measurements.
+const ClockOffsetRecent = 10 * time.Minute
+
+// ClockOffset is one process's measurement of its host clock against the
+// store's clock.
+type ClockOffset struct {
+	// Process names the measuring process (a drain's lease owner, or
+	// role@host:pid), unique per process.
+	Process string
+	Host    string
+	Role    string // drain, reconcile or webhook serve
+	// Offset is the host's clock minus the store's, measured at the
+	// midpoint of the round trip; RTT is that round trip.
+	Offset time.Duration
+	RTT    time.Duration
 }
 
 // LatencySample bounds how many of the latest deliveries Stats measures
@@ -363,7 +401,15 @@ type EnqueueParams struct {
 	Payload    Payload
 	NotBefore  time.Time // zero: now
 	ExpiresAt  time.Time // zero: never
-	ResendOf   string
+	// NotBeforeIn and ExpiresIn say the same as NotBefore and ExpiresAt
+	// as a delay from the moment of the enqueue (what a user types:
+	// "--not-before 5m", "--expires-in 10m"). The store resolves them on
+	// its own clock (PostgreSQL: the database server's), so a sender whose
+	// host clock is wrong still schedules on the clock every drain shares.
+	// Each, when not zero, replaces its absolute twin.
+	NotBeforeIn time.Duration
+	ExpiresIn   time.Duration
+	ResendOf    string
 }
 
 // EnqueueResult is the row a MessageEnqueue produced or found.
@@ -468,6 +514,11 @@ type TransitionParams struct {
 	Now time.Time
 	// NextAttemptAt schedules the row when the event puts it back in queued.
 	NextAttemptAt time.Time
+	// NextAttemptIn, when NextAttemptAt is zero, schedules the row that
+	// long after the store's clock at the write (a retry's backoff): a
+	// delay, not a time, so that a drain whose host clock is off still
+	// schedules on the clock every drain shares.
+	NextAttemptIn time.Duration
 	// MaybeSent, when true, marks the row as possibly delivered (see
 	// Message.MaybeSent); it is never cleared.
 	MaybeSent bool

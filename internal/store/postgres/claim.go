@@ -33,18 +33,29 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	now, horizon := p.Window(s.now)
+	// No clock read of its own to find the candidates: the statements
+	// read the server's clock (now(), one reading for the claim's
+	// transaction), unless a time is given (a test clock).
+	var start *time.Time
+	if !p.Now.IsZero() || s.now != nil {
+		t, err := s.at(ctx, nil, p.Now)
+		if err != nil {
+			return nil, err
+		}
+		start = &t
+	}
+	_, horizon := p.Window(time.Now) // the horizon only
 	if unpaced(p.Pacing) {
-		return s.claimUnpaced(ctx, p, now, horizon)
+		return s.claimUnpaced(ctx, p, start, horizon)
 	}
 	var claimed []store.Claimed
 	err := s.inTx(ctx, "claim", func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		queueClaimPrelude(b, now)
+		queueClaimPrelude(b, start)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("postgres: claim: %w", err)
 		}
-		where, args := claimWhere(p, now, horizon)
+		where, args := claimWhere(p, start, horizon)
 		// Over-fetch: pacing may pass over some candidates (a recipient
 		// messaged moments ago) in favour of later ones.
 		args = append(args, p.Limit*4+16)
@@ -72,7 +83,10 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		// claim that waited for another's lock must not hand out slots
 		// counted from before its wait, which have passed by now, so that
 		// two calls to a recipient would start together.
-		now, _ = p.Window(s.now)
+		now, err := s.at(ctx, tx, p.Now)
+		if err != nil {
+			return err
+		}
 		res, err := state.Transition(state.Queued, state.Event{Kind: state.Claim})
 		if err != nil {
 			return err
@@ -137,12 +151,13 @@ func unpaced(limits map[string]store.Pacing) bool {
 // its identity not paused, and its recipient (PaceDefer, or a paced claim)
 // not held beyond the horizon. Rows held back are left out here, not
 // after the LIMIT: a recipient with a long queue must not starve everyone
-// behind it. $1 is now and $2 the horizon's end.
-func claimWhere(p *store.ClaimParams, now time.Time, horizon time.Duration) (string, []any) {
-	where := []string{"state = 'queued'", "next_attempt_at <= $1", "(expires_at IS NULL OR expires_at > $1)",
+// behind it. $1 is now (NULL: the server's clock, claimNow) and $2 the
+// horizon in microseconds (claimHorizonEnd).
+func claimWhere(p *store.ClaimParams, now *time.Time, horizon time.Duration) (string, []any) {
+	where := []string{"state = 'queued'", "next_attempt_at <= " + claimNow, "(expires_at IS NULL OR expires_at > " + claimNow + ")",
 		"identity NOT IN (SELECT name FROM identities WHERE paused)",
-		"NOT EXISTS (SELECT 1 FROM recipient_pace rp WHERE rp.identity = messages.identity AND rp.recipient = messages.recipient AND rp.next_at >= $2)"}
-	args := []any{now, now.Add(horizon)}
+		"NOT EXISTS (SELECT 1 FROM recipient_pace rp WHERE rp.identity = messages.identity AND rp.recipient = messages.recipient AND rp.next_at >= " + claimHorizonEnd + ")"}
+	args := []any{now, horizon.Microseconds()}
 	if p.Lane != "" {
 		args = append(args, p.Lane)
 		where = append(where, "lane = $"+strconv.Itoa(len(args)))
@@ -154,6 +169,16 @@ func claimWhere(p *store.ClaimParams, now time.Time, horizon time.Duration) (str
 	return strings.Join(where, " AND "), args
 }
 
+// claimNow is a claim's time in its SQL: $1 when the caller gave one (a
+// test clock, or a time the transaction read), else the database server's
+// clock at the start of the claim's transaction, one reading for all its
+// statements. claimHorizonEnd is the end of the pacing horizon ($2, in
+// microseconds, after it).
+const (
+	claimNow        = "coalesce($1::timestamptz, now())"
+	claimHorizonEnd = "(" + claimNow + " + $2::bigint * interval '1 microsecond')"
+)
+
 // queueClaimPrelude queues what every claim does first: steer the planner
 // to messages_due, and end the queued rows whose deadline has passed.
 //
@@ -163,7 +188,7 @@ func claimWhere(p *store.ClaimParams, now time.Time, horizon time.Duration) (str
 // reading messages_due in order). The claim's best plan never changes, so
 // say so. (Turning off sequential scans as well made claims far slower:
 // the small tables' scans are the right plans.)
-func queueClaimPrelude(b *pgx.Batch, now time.Time) {
+func queueClaimPrelude(b *pgx.Batch, now *time.Time) {
 	b.Queue("SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)")
 	expired, err1 := state.Transition(state.Queued, state.Event{Kind: state.Fail, Reason: state.Expired})
 	abandoned, err2 := state.Transition(state.Queued, state.Event{Kind: state.Abandon})
@@ -182,13 +207,13 @@ func queueClaimPrelude(b *pgx.Batch, now time.Time) {
 // by the state machine and passed in. Rows another transaction holds are
 // left for a later claim.
 const expireSQL = `WITH e AS (
-	SELECT id, maybe_sent FROM messages WHERE state = 'queued' AND expires_at IS NOT NULL AND expires_at <= $1
+	SELECT id, maybe_sent FROM messages WHERE state = 'queued' AND expires_at IS NOT NULL AND expires_at <= coalesce($1::timestamptz, now())
 	LIMIT $2 FOR UPDATE SKIP LOCKED
 ), u AS (
 	UPDATE messages m SET
 		state = CASE WHEN e.maybe_sent THEN $6 ELSE $3 END,
 		reason = CASE WHEN e.maybe_sent THEN $7 ELSE $4 END,
-		updated_at = $1
+		updated_at = coalesce($1::timestamptz, now())
 	FROM e WHERE m.id = e.id
 	RETURNING m.id, e.maybe_sent
 )
@@ -200,21 +225,20 @@ SELECT u.id, 'queued',
 	true, $9,
 	CASE WHEN u.maybe_sent THEN 'deadline passed; an earlier call may have reached the phone'
 		ELSE 'deadline passed before it could be sent' END,
-	$1, (SELECT coalesce(max(h.seq), 0) + 1 FROM history h WHERE h.message_id = u.id)
+	coalesce($1::timestamptz, now()), (SELECT coalesce(max(h.seq), 0) + 1 FROM history h WHERE h.message_id = u.id)
 FROM u`
 
 // claimUnpaced is a claim that reserves no slots: one statement selects
 // (SKIP LOCKED), leases and writes the history of the rows, and returns
 // each with the slot a deferral may have left (the later of its
 // identity's and its recipient's).
-func (s *Store) claimUnpaced(ctx context.Context, p *store.ClaimParams, now time.Time, horizon time.Duration) ([]store.Claimed, error) {
+func (s *Store) claimUnpaced(ctx context.Context, p *store.ClaimParams, now *time.Time, horizon time.Duration) ([]store.Claimed, error) {
 	res, err := state.Transition(state.Queued, state.Event{Kind: state.Claim})
 	if err != nil {
 		return nil, err
 	}
-	until := now.Add(p.LeaseFor).Truncate(store.Resolution)
 	where, args := claimWhere(p, now, horizon)
-	where += " AND identity NOT IN (SELECT identity FROM identity_pace WHERE next_at >= $2)"
+	where += " AND identity NOT IN (SELECT identity FROM identity_pace WHERE next_at >= " + claimHorizonEnd + ")"
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
@@ -223,17 +247,17 @@ func (s *Store) claimUnpaced(ctx context.Context, p *store.ClaimParams, now time
 	SELECT id FROM messages WHERE ` + where + `
 	ORDER BY lane DESC, next_attempt_at, id LIMIT ` + arg(p.Limit) + ` FOR UPDATE SKIP LOCKED
 ), u AS (
-	UPDATE messages m SET state = ` + arg(string(res.To)) + `, lease_owner = ` + arg(p.Owner) + `, lease_until = ` + arg(until) + `,
-		attempts = m.attempts + 1, updated_at = $1
+	UPDATE messages m SET state = ` + arg(string(res.To)) + `, lease_owner = ` + arg(p.Owner) + `, lease_until = ` + claimNow + ` + ` + arg(p.LeaseFor.Microseconds()) + `::bigint * interval '1 microsecond',
+		attempts = m.attempts + 1, updated_at = ` + claimNow + `
 	FROM c WHERE m.id = c.id
 	RETURNING m.*
 ), h AS (
 	INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
-	SELECT u.id, ` + arg(string(state.Queued)) + `, u.state, '', ` + arg(string(state.Claim)) + `, true, ` + arg(store.SourceDrain) + `, ` + arg("lease "+p.Owner) + `, $1,
+	SELECT u.id, ` + arg(string(state.Queued)) + `, u.state, '', ` + arg(string(state.Claim)) + `, true, ` + arg(store.SourceDrain) + `, ` + arg("lease "+p.Owner) + `, ` + claimNow + `,
 		(SELECT coalesce(max(hh.seq), 0) + 1 FROM history hh WHERE hh.message_id = u.id)
 	FROM u
 )
-SELECT ` + prefixed("u.", messageCols) + `, greatest($1, ip.next_at, rp.next_at)
+SELECT ` + prefixed("u.", messageCols) + `, greatest(u.updated_at, ip.next_at, rp.next_at)
 FROM u LEFT JOIN identity_pace ip ON ip.identity = u.identity
 	LEFT JOIN recipient_pace rp ON rp.identity = u.identity AND rp.recipient = u.recipient`
 	var claimed []store.Claimed

@@ -13,8 +13,11 @@ func (s *Store) IdentityPause(ctx context.Context, name, reason string) error {
 	if name == "" {
 		return &store.InvalidError{Field: "identity", Msg: "is required"}
 	}
-	now := s.clock()
-	_, err := s.pool.Exec(ctx, "INSERT INTO identities (name, paused, paused_reason, paused_at, updated_at) VALUES ($1, true, $2, $3, $3) "+
+	now, err := s.clock(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, "INSERT INTO identities (name, paused, paused_reason, paused_at, updated_at) VALUES ($1, true, $2, $3, $3) "+
 		"ON CONFLICT (name) DO UPDATE SET paused = true, paused_reason = excluded.paused_reason, "+
 		"paused_at = CASE WHEN identities.paused THEN identities.paused_at ELSE excluded.paused_at END, updated_at = excluded.updated_at",
 		name, reason, now)
@@ -29,8 +32,12 @@ func (s *Store) IdentityResume(ctx context.Context, name string) error {
 	if name == "" {
 		return &store.InvalidError{Field: "identity", Msg: "is required"}
 	}
-	_, err := s.pool.Exec(ctx, "UPDATE identities SET paused = false, paused_reason = '', paused_at = NULL, updated_at = $1 WHERE name = $2",
-		s.clock(), name)
+	now, err := s.clock(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, "UPDATE identities SET paused = false, paused_reason = '', paused_at = NULL, updated_at = $1 WHERE name = $2",
+		now, name)
 	if err != nil {
 		return fmt.Errorf("postgres: resume %s: %w", name, err)
 	}

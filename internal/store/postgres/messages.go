@@ -120,12 +120,16 @@ type pending struct {
 // other row is looked up afterwards in the same transaction and compared
 // by body hash.
 func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams) ([]store.EnqueueResult, error) {
-	now := s.clock()
+	now, err := s.clock(ctx, s.pool)
+	if err != nil {
+		return nil, err
+	}
 	results := make([]store.EnqueueResult, len(ps))
 	var rows []pending
 	for i := range ps {
 		p := ps[i]
 		p.Normalize()
+		p.Resolve(now)
 		if err := p.Validate(now); err != nil {
 			results[i].Err = err
 			continue
@@ -166,7 +170,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		nexts[i], exps[i], resends[i] = m.NextAttemptAt, m.ExpiresAt, m.ResendOf
 	}
 
-	err := s.inTx(ctx, "enqueue", func(tx pgx.Tx) error {
+	err = s.inTx(ctx, "enqueue", func(tx pgx.Tx) error {
 		args := make([]any, 0, 16)
 		for _, c := range cols {
 			args = append(args, c)
@@ -542,9 +546,13 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 			recheck = append(recheck, i) // the error comes from the full check, row first
 			continue
 		}
-		now := p.Now.UTC().Truncate(store.Resolution)
-		if p.Now.IsZero() {
-			now = s.clock()
+		// A zero now is the statement's: the server's clock (or the
+		// test clock, read here).
+		var now time.Time
+		if !p.Now.IsZero() || s.now != nil {
+			if now, err = s.at(ctx, nil, p.Now); err != nil {
+				return err
+			}
 		}
 		items = append(items, checkedTransition{i: i, p: p, res: res, now: now})
 		out[i].State = res.To
@@ -578,7 +586,7 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 			out[i].Err = store.ErrNotFound
 			continue
 		}
-		if _, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil); err != nil {
+		if _, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil, time.Time{}); err != nil {
 			out[i].Err = err
 			if p.KeepIfStale && errors.Is(err, store.ErrStale) {
 				kept = append(kept, keptTransition{p, r, now})
@@ -589,7 +597,7 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 		// in between, so what the caller read is stale all the same.
 		out[i].Err = fmt.Errorf("%w: message %s changed while the transition was written", store.ErrStale, p.ID)
 		if p.KeepIfStale {
-			kept = append(kept, keptTransition{p, r, s.clock()})
+			kept = append(kept, keptTransition{p, r, time.Time{}}) // written at now()
 		}
 	}
 	return keepStale(ctx, tx, kept)
@@ -609,9 +617,13 @@ type keptTransition struct {
 func keepStale(ctx context.Context, tx dbtx, ks []keptTransition) error {
 	for _, k := range ks {
 		p, cur := k.p, state.State(k.r.state)
+		var at *time.Time // nil: the server's clock
+		if !k.now.IsZero() {
+			at = &k.now
+		}
 		if err := execQuery(ctx, tx, "INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
-			"SELECT $1, $2, $2, '', $3, false, $4, $5, $6, coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
-			p.ID, string(cur), p.Event.String(), p.Source, store.StaleDetail(p, cur, k.r.leaseOwner, k.r.leaseUntil), k.now); err != nil {
+			"SELECT $1, $2, $2, '', $3, false, $4, $5, coalesce($6::timestamptz, now()), coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
+			p.ID, string(cur), p.Event.String(), p.Source, store.StaleDetail(p, cur, k.r.leaseOwner, k.r.leaseUntil), at); err != nil {
 			return fmt.Errorf("postgres: transition history: %w", err)
 		}
 		if a := p.Attempt; a != nil {
@@ -646,6 +658,12 @@ func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.Tran
 	if err != nil {
 		return err
 	}
+	// One clock reading for the batch, after its rows are locked: the
+	// lease checks of operator verdicts compare against it.
+	clock, err := s.clock(ctx, tx)
+	if err != nil {
+		return err
+	}
 	var checked []checkedTransition
 	var kept []keptTransition
 	seen := make(map[string]bool, len(ps))
@@ -657,7 +675,7 @@ func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.Tran
 			out[i].Err = store.ErrNotFound
 			continue
 		}
-		res, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil)
+		res, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil, clock)
 		if err != nil {
 			out[i].Err = err // every check failure is the item's own
 			if p.KeepIfStale && errors.Is(err, store.ErrStale) {
@@ -757,12 +775,20 @@ type checkedTransition struct {
 // and attempt rows. Each column keeps its value unless the item sets it,
 // as queueTransition does item by item. The results (to_state, reason,
 // applied, clear_lease) are the state machine's, computed by the caller.
-const transitionSQL = `WITH v AS (
+// An item without a time (at NULL) is written at the server's clock
+// (now(): one reading for the statement), and a retry given as a delay
+// (next_in_us) is scheduled from it.
+const transitionSQL = `WITH x AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::boolean[], $6::text[], $7::text[],
 		$8::boolean[], $9::timestamptz[], $10::text[], $11::boolean[], $12::boolean[], $13::text[], $14::text[],
-		$15::text[], $16::text[], $17::text[], $28::timestamptz[])
-	AS v(id, from_state, owner, at, applied, to_state, reason, clear_lease, next_at, provider_id, maybe_sent, no_call,
-		last_error, resolution, event, source, detail, lease_until)
+		$15::text[], $16::text[], $17::text[], $28::timestamptz[], $29::bigint[])
+	AS x(id, from_state, owner, at, applied, to_state, reason, clear_lease, next_at, provider_id, maybe_sent, no_call,
+		last_error, resolution, event, source, detail, lease_until, next_in_us)
+), v AS (
+	SELECT id, from_state, owner, coalesce(at, now()) AS at, applied, to_state, reason, clear_lease,
+		coalesce(next_at, coalesce(at, now()) + next_in_us * interval '1 microsecond') AS next_at,
+		provider_id, maybe_sent, no_call, last_error, resolution, event, source, detail, lease_until
+	FROM x
 ), u AS (
 	UPDATE messages m SET
 		updated_at = v.at,
@@ -808,8 +834,8 @@ func writeTransitions(ctx context.Context, tx dbtx, cs []checkedTransition) (map
 		ids, froms, owners, toStates, reasons  = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		providerIDs, lastErrors, resolutions   = make([]string, n), make([]string, n), make([]string, n)
 		events, sources, details               = make([]string, n), make([]string, n), make([]string, n)
-		ats                                    = make([]time.Time, n)
-		nexts, leaseUntils                     = make([]*time.Time, n), make([]*time.Time, n)
+		ats, nexts, leaseUntils                = make([]*time.Time, n), make([]*time.Time, n), make([]*time.Time, n)
+		nextIns                                = make([]*int64, n)
 		applied, clearLease, maybeSent, noCall = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
 
 		aIDs, aClass, aCode, aSubcode, aRaw = []string{}, []string{}, []string{}, []string{}, []string{}
@@ -819,19 +845,24 @@ func writeTransitions(ctx context.Context, tx dbtx, cs []checkedTransition) (map
 	)
 	for i, c := range cs {
 		p, res := c.p, c.res
-		ids[i], froms[i], owners[i], ats[i] = p.ID, string(p.From), p.LeaseOwner, c.now
+		ids[i], froms[i], owners[i] = p.ID, string(p.From), p.LeaseOwner
 		if p.LeaseOwner != "" && !p.LeaseUntil.IsZero() {
 			lu := p.LeaseUntil.UTC().Truncate(store.Resolution)
 			leaseUntils[i] = &lu
 		}
 		applied[i], toStates[i], reasons[i] = res.Applied, string(res.To), string(res.Reason)
 		clearLease[i] = res.Applied && res.To != state.Sending
+		if !c.now.IsZero() {
+			at := c.now
+			ats[i] = &at
+		}
 		if res.Applied && res.To == state.Queued {
-			next := p.NextAttemptAt.UTC().Truncate(store.Resolution)
-			if p.NextAttemptAt.IsZero() {
-				next = c.now
+			if next := p.NextAttemptAt.UTC().Truncate(store.Resolution); !p.NextAttemptAt.IsZero() {
+				nexts[i] = &next
+			} else {
+				in := max(p.NextAttemptIn, 0).Microseconds()
+				nextIns[i] = &in
 			}
-			nexts[i] = &next
 		}
 		providerIDs[i], maybeSent[i], noCall[i], lastErrors[i], resolutions[i] = p.ProviderID, p.MaybeSent, p.NoCall, p.LastError, p.Resolution
 		events[i], sources[i], details[i] = p.Event.String(), p.Source, p.Detail
@@ -845,7 +876,7 @@ func writeTransitions(ctx context.Context, tx dbtx, cs []checkedTransition) (map
 	}
 	rs, err := tx.Query(ctx, transitionSQL, ids, froms, owners, ats, applied, toStates, reasons, clearLease, nexts,
 		providerIDs, maybeSent, noCall, lastErrors, resolutions, events, sources, details,
-		aIDs, aNum, aStart, aEnd, aClass, aHTTP, aCode, aSubcode, aRaw, aLatency, leaseUntils)
+		aIDs, aNum, aStart, aEnd, aClass, aHTTP, aCode, aSubcode, aRaw, aLatency, leaseUntils, nextIns)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: transition: %w", err)
 	}
@@ -868,7 +899,9 @@ type rowState struct {
 
 // checkTransition decides p against the row's current state and lease;
 // its errors are the item's own.
-func (s *Store) checkTransition(p *store.TransitionParams, cur, leaseOwner string, leaseUntil *time.Time) (state.Result, time.Time, error) {
+// clock is the store's clock at the check (zero: the check needs none,
+// as for an event that needs no expired lease).
+func (s *Store) checkTransition(p *store.TransitionParams, cur, leaseOwner string, leaseUntil *time.Time, clock time.Time) (state.Result, time.Time, error) {
 	if p.Event.Kind == state.Claim || p.Event.Kind == state.Enqueue {
 		return state.Result{}, time.Time{}, &store.InvalidError{Field: "event", Msg: string(p.Event.Kind) + " has its own store method"}
 	}
@@ -876,9 +909,9 @@ func (s *Store) checkTransition(p *store.TransitionParams, cur, leaseOwner strin
 	if err != nil {
 		return res, time.Time{}, err
 	}
-	now := p.Now.UTC().Truncate(store.Resolution)
-	if p.Now.IsZero() {
-		now = s.clock()
+	now := clock
+	if !p.Now.IsZero() {
+		now = p.Now.UTC().Truncate(store.Resolution)
 	}
 	if state.State(cur) != p.From || !p.LeaseMatches(leaseOwner, leaseUntil) {
 		return res, now, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
@@ -910,7 +943,7 @@ func queueTransition(b *pgx.Batch, p *store.TransitionParams, res state.Result, 
 		if res.To == state.Queued {
 			next := p.NextAttemptAt.UTC().Truncate(store.Resolution)
 			if p.NextAttemptAt.IsZero() {
-				next = now
+				next = now.Add(max(p.NextAttemptIn, 0)).Truncate(store.Resolution)
 			}
 			set = append(set, "next_attempt_at = "+arg(next))
 		}

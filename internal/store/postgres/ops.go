@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -20,9 +21,9 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	now := p.Now.UTC().Truncate(store.Resolution)
-	if p.Now.IsZero() {
-		now = s.clock()
+	now, err := s.at(ctx, s.pool, p.Now)
+	if err != nil {
+		return nil, err
 	}
 	// $1: a lease is over (store.LeaseOver) a margin after its lease_until.
 	args := []any{now.Add(-store.TakeoverMargin)}
@@ -71,21 +72,21 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 // moment's figures). Counts by state are counted when asked: a counter
 // row kept by triggers would serialise every drain on it.
 func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, error) {
-	now := p.Now.UTC().Truncate(store.Resolution)
-	if p.Now.IsZero() {
-		now = s.clock()
-	}
 	window := p.Window
 	if window <= 0 {
 		window = store.DefaultStatsWindow
 	}
-	since := now.Add(-window)
-	st := &store.Stats{At: now, Counts: []store.StateCount{}, AttemptsByClass: map[string]int{}, Window: window}
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: stats: %w", err)
 	}
 	defer tx.Rollback(ctx)
+	now, err := s.at(ctx, tx, p.Now)
+	if err != nil {
+		return nil, err
+	}
+	since := now.Add(-window)
+	st := &store.Stats{At: now, Counts: []store.StateCount{}, AttemptsByClass: map[string]int{}, Window: window}
 
 	rs, err := tx.Query(ctx, "SELECT identity, state, count(*) FROM messages GROUP BY identity, state ORDER BY identity, state")
 	if err != nil {
@@ -135,6 +136,15 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	}
 	if err := vitalStats(ctx, tx, p, now, window, &st.VitalStats); err != nil {
 		return nil, err
+	}
+	var offUS *int64
+	var offProc *string
+	if err := tx.QueryRow(ctx, "SELECT offset_us, process FROM clock_offsets WHERE measured_at >= $1 ORDER BY abs(offset_us) DESC, process LIMIT 1",
+		now.Add(-store.ClockOffsetRecent)).Scan(&offUS, &offProc); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("postgres: stats: clock offsets: %w", err)
+	}
+	if offUS != nil {
+		st.ClockOffset, st.ClockOffsetProcess = time.Duration(*offUS)*time.Microsecond, *offProc
 	}
 	rs, err = tx.Query(ctx, "SELECT class, count(*) FROM attempts WHERE finished_at >= $1 GROUP BY class", since)
 	if err != nil {

@@ -35,7 +35,9 @@ var _ store.Store = (*Store)(nil)
 
 // Options tunes Open. The zero value is what msgq uses.
 type Options struct {
-	// Now is the store's clock; nil means time.Now.
+	// Now replaces the store's clock (tests); nil means the database
+	// server's clock, which every decision that several hosts share is
+	// made on.
 	Now func() time.Time
 	// NoMigrate skips the automatic migration on open.
 	NoMigrate bool
@@ -50,9 +52,6 @@ type Options struct {
 // Open connects to the database at url and, unless opts.NoMigrate, brings
 // its schema up to date.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
@@ -169,7 +168,11 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
 			return nil, fmt.Errorf("postgres: migration %s: %w", m.Name, err)
 		}
-		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", m.Version, s.clock()); err != nil {
+		now, err := s.clock(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)", m.Version, now); err != nil {
 			return nil, fmt.Errorf("postgres: migration %s: %w", m.Name, err)
 		}
 		applied = append(applied, m.Version)
@@ -180,7 +183,59 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	return applied, nil
 }
 
-func (s *Store) clock() time.Time { return s.now().UTC().Truncate(store.Resolution) }
+// rowQuerier runs a one-row query: the pool or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// clock is the time a shared decision is made at: the database server's
+// clock, read in q (the transaction making the decision, where there is
+// one), so that drains, senders and operators on hosts whose clocks
+// disagree still agree on leases, pacing slots, schedules, deadlines and
+// ages. Options.Now replaces it in tests.
+func (s *Store) clock(ctx context.Context, q rowQuerier) (time.Time, error) {
+	if s.now != nil {
+		return s.now().UTC().Truncate(store.Resolution), nil
+	}
+	var t time.Time
+	if err := q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&t); err != nil {
+		return time.Time{}, fmt.Errorf("postgres: read the server's clock: %w", err)
+	}
+	return t.UTC().Truncate(store.Resolution), nil
+}
+
+// at is t when it is set, else the store's clock read in q.
+func (s *Store) at(ctx context.Context, q rowQuerier, t time.Time) (time.Time, error) {
+	if !t.IsZero() {
+		return t.UTC().Truncate(store.Resolution), nil
+	}
+	return s.clock(ctx, q)
+}
+
+// ClockNow reads the store's clock: the database server's.
+func (s *Store) ClockNow(ctx context.Context) (time.Time, error) { return s.clock(ctx, s.pool) }
+
+// ClockOffsetRecord keeps a process's latest measurement (one row per
+// process) and drops rows no process has refreshed for a day.
+func (s *Store) ClockOffsetRecord(ctx context.Context, p *store.ClockOffset) error {
+	if p.Process == "" {
+		return &store.InvalidError{Field: "process", Msg: "is required"}
+	}
+	now, err := s.clock(ctx, s.pool)
+	if err != nil {
+		return err
+	}
+	b := &pgx.Batch{}
+	b.Queue("INSERT INTO clock_offsets (process, host, role, offset_us, rtt_us, measured_at) VALUES ($1, $2, $3, $4, $5, $6) "+
+		"ON CONFLICT (process) DO UPDATE SET host = excluded.host, role = excluded.role, offset_us = excluded.offset_us, "+
+		"rtt_us = excluded.rtt_us, measured_at = excluded.measured_at",
+		p.Process, p.Host, p.Role, p.Offset.Microseconds(), p.RTT.Microseconds(), now)
+	b.Queue("DELETE FROM clock_offsets WHERE measured_at < $1", now.Add(-24*time.Hour))
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("postgres: record clock offset: %w", err)
+	}
+	return nil
+}
 
 // ts converts a time for a timestamptz column (NULL for the zero time).
 func ts(t time.Time) any {

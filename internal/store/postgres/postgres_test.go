@@ -151,3 +151,46 @@ func TestASchemaFromANewerMsgqIsRefused(t *testing.T) {
 		t.Errorf("open of a version-99 schema: err = %v, want ErrSchemaTooNew", err)
 	}
 }
+
+// TestStatsReportTheLargestRecentClockOffset: each process keeps one row
+// (its latest measurement); stats shows the largest by magnitude, sign
+// kept, of those measured within store.ClockOffsetRecent, and a process
+// that stopped measuring drops out of it.
+func TestStatsReportTheLargestRecentClockOffset(t *testing.T) {
+	url := testURL(t)
+	t.Parallel()
+	ctx := context.Background()
+	clk := storetest.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	s := open(t, url, freshSchema(t, url), Options{Now: clk.Now})
+	stats := func() (time.Duration, string) {
+		t.Helper()
+		st, err := s.Stats(ctx, &store.StatsParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.ClockOffset, st.ClockOffsetProcess
+	}
+	if off, p := stats(); off != 0 || p != "" {
+		t.Fatalf("no measurement yet: %s by %q", off, p)
+	}
+	record := func(process string, off time.Duration) {
+		t.Helper()
+		if err := s.ClockOffsetRecord(ctx, &store.ClockOffset{Process: process, Host: "h", Role: "drain", Offset: off, RTT: time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	record("ahead", 3*time.Second)
+	record("behind", -9*time.Second)
+	clk.Advance(store.ClockOffsetRecent - time.Minute)
+	record("ahead", 4*time.Second) // its latest measurement replaces the first
+	if off, p := stats(); off != -9*time.Second || p != "behind" {
+		t.Errorf("stats: %s by %q, want -9s by behind", off, p)
+	}
+	clk.Advance(2 * time.Minute) // behind has not measured for longer than ClockOffsetRecent
+	if off, p := stats(); off != 4*time.Second || p != "ahead" {
+		t.Errorf("stats after behind stopped: %s by %q, want 4s by ahead", off, p)
+	}
+	if err := s.ClockOffsetRecord(ctx, &store.ClockOffset{}); err == nil {
+		t.Error("an offset of no process was recorded")
+	}
+}

@@ -27,7 +27,13 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 	if len(evs) == 0 {
 		return nil
 	}
-	now := s.clock()
+	// The host's clock, not the server's: a received time orders and
+	// ages raw deliveries (retention), which no lease or schedule depends
+	// on, and a clock read would cost the receiver's one round trip.
+	now := time.Now().UTC().Truncate(store.Resolution)
+	if s.now != nil {
+		now = s.now().UTC().Truncate(store.Resolution)
+	}
 	n := len(evs)
 	ids, providers, identities, headers := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	bodies := make([][]byte, n)
@@ -221,9 +227,13 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 	if len(ps) == 0 {
 		return res, nil
 	}
-	now := s.clock()
+	var now time.Time
 	err := s.inTx(ctx, "ingest", func(tx pgx.Tx) error {
 		*res = store.IngestResult{}
+		var cerr error
+		if now, cerr = s.clock(ctx, tx); cerr != nil {
+			return cerr
+		}
 		events, err := lockEvents(ctx, tx, ps)
 		if err != nil {
 			return err
@@ -638,13 +648,13 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 	if limit <= 0 {
 		limit = defaultApplyLimit
 	}
-	now := p.Now.UTC().Truncate(store.Resolution)
-	if p.Now.IsZero() {
-		now = s.clock()
-	}
 	res := &store.ApplyResult{}
 	err := s.inTx(ctx, "apply evidence", func(tx pgx.Tx) error {
 		*res = store.ApplyResult{Applied: []store.AppliedEvidence{}}
+		now, err := s.at(ctx, tx, p.Now)
+		if err != nil {
+			return err
+		}
 		skipped := []string{}
 		for len(res.Applied) < limit {
 			cands, err := applyCandidates(ctx, tx, now, limit-len(res.Applied), skipped)

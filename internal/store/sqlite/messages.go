@@ -78,6 +78,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 	for i := range ps {
 		p := ps[i]
 		p.Normalize()
+		p.Resolve(now)
 		if err := p.Validate(now); err != nil {
 			results[i].Err = err
 			continue
@@ -512,7 +513,7 @@ func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.Trans
 		if res.To == state.Queued {
 			next := p.NextAttemptAt
 			if next.IsZero() {
-				next = now
+				next = now.Add(max(p.NextAttemptIn, 0)).Truncate(store.Resolution)
 			}
 			set, args = append(set, "next_attempt_at = ?"), append(args, micros(next))
 		}

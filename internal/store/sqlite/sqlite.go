@@ -281,6 +281,15 @@ func (s *Store) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 
 func (s *Store) clock() time.Time { return s.now().UTC().Truncate(store.Resolution) }
 
+// ClockNow is the host's clock: every process using the file runs on this
+// host, so they all share it (a jump of the host's clock between a claim
+// and its call is the drain's monotonic lease check's to catch).
+func (s *Store) ClockNow(context.Context) (time.Time, error) { return s.clock(), nil }
+
+// ClockOffsetRecord keeps nothing: a process's offset from the store's
+// clock (its own host's) is zero by construction.
+func (s *Store) ClockOffsetRecord(context.Context, *store.ClockOffset) error { return nil }
+
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(v int64) time.Time { return time.UnixMicro(v).UTC() }

@@ -64,6 +64,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Lease", func(t *testing.T) { t.Parallel(); testLease(t, h) })
 	t.Run("Webhook", func(t *testing.T) { t.Parallel(); testWebhook(t, h) })
 	t.Run("Vitals", func(t *testing.T) { t.Parallel(); testVitals(t, h) })
+	t.Run("Clock", func(t *testing.T) { t.Parallel(); testClock(t, h) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {
