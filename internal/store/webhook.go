@@ -78,14 +78,23 @@ type StatusEvidence struct {
 	// CallbackRef is our message id as echoed back by the provider
 	// (WhatsApp's biz_opaque_callback_data, the http API's ref).
 	CallbackRef string `json:"callback_ref"`
+	// Recipient is the recipient the status names (WhatsApp's
+	// recipient_id, the http API's "to"), E.164 with the plus; "" when
+	// it names none. Where given it must be the row's recipient.
+	Recipient string `json:"recipient"`
 	// ErrorCode is the provider's first error code of a failed status;
 	// Error the provider's error text verbatim (WhatsApp: the errors
 	// array as received).
 	ErrorCode string `json:"error_code"`
 	Error     string `json:"error"`
 	// Set by the store:
-	MessageID  string     `json:"message_id"` // the row it was matched to ("" while parked)
-	Outcome    string     `json:"outcome"`    // "" while pending, else an Evidence* outcome
+	MessageID string `json:"message_id"` // the row it was matched to ("" while parked)
+	Outcome   string `json:"outcome"`    // "" while pending, else an Evidence* outcome
+	// Suspect says why the status was set aside (Outcome EvidenceSuspect):
+	// its reference, identity or recipient disagrees with the row its
+	// provider id names. Processing may set it before ingest (a WhatsApp
+	// number no identity has); the store sets it when matching.
+	Suspect    string     `json:"suspect"`
 	ReceivedAt time.Time  `json:"received_at"`
 	AppliedAt  *time.Time `json:"applied_at"`
 }
@@ -95,7 +104,90 @@ const (
 	EvidenceApplied  = "applied"  // the row moved
 	EvidenceRecorded = "recorded" // stale or repeated: in history, the row kept its state
 	EvidenceRefused  = "refused"  // the machine refused it (e.g. a status for a row never claimed)
+	// EvidenceSuspect: set aside, never applied. The status names a row
+	// by one means (provider id, or our reference) and disagrees with it
+	// by another (the reference names another row, the row belongs to
+	// another identity or another recipient, or its provider id names
+	// several rows of the identity). A person looks at it (msgq webhook
+	// suspect); it is kept, not retried.
+	EvidenceSuspect = "suspect"
 )
+
+// MatchRow is what matching a status reads of a candidate row.
+type MatchRow struct {
+	ID, Identity, Recipient, ProviderID string
+	State                               state.State
+	LeaseUntil                          *time.Time
+}
+
+// MatchStatus decides which row a status is about (DESIGN.md §11:
+// evidence is matched within the identity whose endpoint received it).
+// byPID are the rows of st.Identity whose provider id is st.ProviderID
+// (at most two are needed), ref the row st.CallbackRef names (nil when
+// none, or none exists). It returns the row and whether it was found by
+// the reference alone; or suspect, why the status must be set aside; or
+// neither, when no row is known yet (the status stays parked).
+func MatchStatus(st *StatusEvidence, byPID []MatchRow, ref *MatchRow) (row *MatchRow, byRef bool, suspect string) {
+	recipientDiffers := func(r *MatchRow) bool {
+		return st.Recipient != "" && r.Recipient != "" && digitsOf(st.Recipient) != digitsOf(r.Recipient)
+	}
+	switch {
+	case len(byPID) > 1:
+		return nil, false, fmt.Sprintf("provider id %s names %d messages of identity %s (%s, %s): a provider id collision",
+			st.ProviderID, len(byPID), st.Identity, byPID[0].ID, byPID[1].ID)
+	case len(byPID) == 1:
+		r := &byPID[0]
+		if st.CallbackRef != "" && st.CallbackRef != r.ID {
+			return nil, false, fmt.Sprintf("provider id %s names message %s but the reference names %s", st.ProviderID, r.ID, st.CallbackRef)
+		}
+		if recipientDiffers(r) {
+			return nil, false, fmt.Sprintf("message %s was sent to another recipient than the status names", r.ID)
+		}
+		return r, false, ""
+	case ref == nil:
+		return nil, false, ""
+	case ref.Identity != st.Identity:
+		return nil, false, fmt.Sprintf("the reference names message %s of identity %s, but the status came through %s",
+			ref.ID, ref.Identity, orNone(st.Identity))
+	case ref.ProviderID != "" && st.ProviderID != "" && ref.ProviderID != st.ProviderID:
+		return nil, false, fmt.Sprintf("the reference names message %s, whose provider id is %s, not %s", ref.ID, ref.ProviderID, st.ProviderID)
+	case recipientDiffers(ref):
+		return nil, false, fmt.Sprintf("message %s was sent to another recipient than the status names", ref.ID)
+	}
+	return ref, true, ""
+}
+
+// digitsOf keeps the digits of a phone number: WhatsApp names recipients
+// by bare digits, rows keep E.164 with the plus.
+func digitsOf(s string) string {
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] >= '0' && s[i] <= '9' {
+			b = append(b, s[i])
+		}
+	}
+	return string(b)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no identity"
+	}
+	return s
+}
+
+// Collision is a row whose provider id another row of its identity has
+// too: rows that shared one before provider ids were unique per identity,
+// or a provider that issued an id twice. Evidence naming the id is set
+// aside as suspect, never applied to either; a person settles the rows
+// (msgq show, msgq resolve). Field names in JSON are a contract.
+type Collision struct {
+	MessageID  string      `json:"message_id"`
+	Identity   string      `json:"identity"`
+	ProviderID string      `json:"provider_id"`
+	State      state.State `json:"state"`
+	CreatedAt  time.Time   `json:"created_at"`
+}
 
 // Inbound is one message a customer sent us. Field names in JSON are a
 // contract (msgq inbox -o json).
@@ -209,6 +301,12 @@ type WebhookStats struct {
 	// were not), whose bodies wait for a person (or a fixed parser and a
 	// WebhookRetry). WebhookPurge never drops them.
 	UnreadableWebhooks int `json:"unreadable_webhooks"`
+	// SuspectEvidence counts statuses set aside because they disagree
+	// with the row they name (EvidenceSuspect).
+	SuspectEvidence int `json:"suspect_evidence"`
+	// ProviderIDCollisions counts rows whose provider id another row of
+	// their identity has too (Collision).
+	ProviderIDCollisions int `json:"provider_id_collisions"`
 }
 
 // WebhookPurged counts what WebhookPurge dropped (with DryRun: would drop).
@@ -271,8 +369,11 @@ type Evidence interface {
 	// transition, no history. A duplicate releases nothing.
 	WebhookIngest(ctx context.Context, ps []IngestParams) (*IngestResult, error)
 
-	// EvidenceApply matches pending statuses to rows (by provider_id, or
-	// by CallbackRef naming a row whose provider_id is empty or equal),
+	// EvidenceApply matches pending statuses to rows within their
+	// identity (MatchStatus: by (identity, provider_id), or by
+	// CallbackRef naming a row of that identity whose provider_id is
+	// empty or equal); a status that disagrees with the row it names is
+	// set aside as EvidenceSuspect, with why, and never applied. It goes
 	// oldest provider timestamp first, and applies each through
 	// state.Transition (event Evidence, source webhook) in its own
 	// conditional write with a history row: forward only, a stale status
@@ -287,6 +388,15 @@ type Evidence interface {
 	// EvidenceList returns the statuses recorded for the row id (matched
 	// to it), oldest first, or, with id "", the parked ones.
 	EvidenceList(ctx context.Context, id string, limit int) ([]StatusEvidence, error)
+
+	// EvidenceSuspects returns up to limit (0: DefaultListLimit) statuses
+	// set aside as suspect, oldest received first.
+	EvidenceSuspects(ctx context.Context, limit int) ([]StatusEvidence, error)
+
+	// ProviderIDCollisions returns up to limit (0: DefaultListLimit) rows
+	// whose provider id another row of their identity has too, by
+	// identity and provider id.
+	ProviderIDCollisions(ctx context.Context, limit int) ([]Collision, error)
 
 	// InboxList returns inbound messages matching p, newest first.
 	InboxList(ctx context.Context, p *InboxParams) ([]Inbound, error)

@@ -45,10 +45,13 @@ type Summary struct {
 	Duplicates int `json:"duplicates"`
 	// Released counts held free-form texts made due at once because their
 	// customer wrote (the window opened).
-	Released   int `json:"released"`
-	Applied    int `json:"applied"`
-	Recorded   int `json:"recorded"`
-	Refused    int `json:"refused"`
+	Released int `json:"released"`
+	Applied  int `json:"applied"`
+	Recorded int `json:"recorded"`
+	Refused  int `json:"refused"`
+	// Suspect counts statuses set aside because they disagree with the
+	// row they name (msgq webhook suspect).
+	Suspect    int `json:"suspect"`
 	Attributed int `json:"attributed"`
 	Parked     int `json:"parked"`
 	// Changes lists what happened to rows, in order.
@@ -65,6 +68,7 @@ func (s *Summary) add(o Summary) {
 	s.Applied += o.Applied
 	s.Recorded += o.Recorded
 	s.Refused += o.Refused
+	s.Suspect += o.Suspect
 	s.Attributed += o.Attributed
 	s.Parked = o.Parked
 	s.Changes = append(s.Changes, o.Changes...)
@@ -131,6 +135,9 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 				s.Recorded++
 			case store.EvidenceRefused:
 				s.Refused++
+			case store.EvidenceSuspect:
+				s.Suspect++
+				p.log().Warn("webhook: status set aside as suspect", "evidence", a.EvidenceID, "detail", a.Detail)
 			}
 			p.log().Debug("webhook: status", "id", a.MessageID, "status", a.Status, "from", a.From, "to", a.To, "outcome", a.Outcome)
 		}
@@ -238,6 +245,13 @@ func (p *Processor) read(ev *store.WebhookEvent) store.IngestParams {
 	for _, s := range b.Statuses {
 		e := s.StatusEvidence
 		e.EventID, e.Identity = ev.ID, p.identity(ev, s.PhoneNumberID)
+		if p.unknownNumber(ev, s.PhoneNumberID) {
+			// About a number msgq does not send for (another system's,
+			// on the same app): matching it under the identity whose
+			// secret verified the delivery could move a row of that
+			// identity that happens to share the id.
+			e.Suspect = "phone_number_id " + s.PhoneNumberID + " is no configured identity's"
+		}
 		out.Statuses = append(out.Statuses, e)
 	}
 	for _, m := range b.Inbound {
@@ -257,6 +271,17 @@ func (p *Processor) identity(ev *store.WebhookEvent, phoneNumberID string) strin
 		return id
 	}
 	return ev.Identity
+}
+
+// unknownNumber says a WhatsApp item names a phone_number_id that no
+// configured identity has (with none configured at all, as for a replay
+// into a store without identities, nothing is unknown).
+func (p *Processor) unknownNumber(ev *store.WebhookEvent, phoneNumberID string) bool {
+	if ev.Provider != store.WebhookWhatsApp || phoneNumberID == "" || len(p.PhoneNumberIDs) == 0 {
+		return false
+	}
+	_, ok := p.PhoneNumberIDs[phoneNumberID]
+	return !ok
 }
 
 // Run processes until ctx ends: at once when woken (a delivery was

@@ -62,6 +62,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Claim", func(t *testing.T) { t.Parallel(); testClaim(t, h) })
 	t.Run("Ops", func(t *testing.T) { t.Parallel(); testOps(t, h) })
 	t.Run("Webhook", func(t *testing.T) { t.Parallel(); testWebhook(t, h) })
+	t.Run("EvidenceIdentity", func(t *testing.T) { t.Parallel(); testEvidenceIdentity(t, h) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {

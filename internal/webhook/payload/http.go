@@ -22,12 +22,14 @@ type httpBody struct {
 	Data json.RawMessage `json:"data"`
 }
 
-// Only the fields msgq reads are declared: previous_status and to are
-// informative and never a reason to refuse an event.
+// Only the fields msgq reads are declared: previous_status is
+// informative, and to (the recipient, compared with the row's when it is
+// E.164) is never a reason to refuse an event.
 type httpStatus struct {
 	ID        string `json:"id"`
 	Status    string `json:"status"`
 	Ref       string `json:"ref"`
+	To        string `json:"to"`
 	Timestamp string `json:"timestamp"`
 	// Raw: kept verbatim as the row's last error.
 	Error json.RawMessage `json:"error"`
@@ -119,6 +121,10 @@ func (b *Batch) httpStatus(env *httpBody, webhookID string) {
 	}
 	if webhookID != "" {
 		ev.DedupeKey = "wh:" + webhookID
+	}
+	if e164(d.To) {
+		// Compared with the row's recipient; anything else is not.
+		ev.Recipient = d.To
 	}
 	if st == state.Failed && present(d.Error) {
 		if d.Error[0] != '{' {

@@ -43,7 +43,10 @@
 // messages[]. Statuses sent, delivered, read, played (a voice message
 // played has been read) and failed are kept; others are ignored. A status's
 // DedupeKey is wamid|status|timestamp as received, because Meta sends no
-// delivery id and redelivers the same bytes. An inbound message without
+// delivery id and redelivers the same bytes. A status's recipient_id
+// (bare digits) is kept as Recipient with a plus, and checked against
+// the row's. A reaction's reaction.message_id is its ContextID: a
+// reaction is about that message, as a reply is. An inbound message without
 // "from" is kept with From "": Meta is rolling out usernames, and a user
 // who hides their number behind one may come without it.
 //
@@ -61,6 +64,7 @@
 //	          "status": "delivered",                sent, delivered, read or failed
 //	          "previous_status": "sent",            optional, informative
 //	          "ref": "01M8K8GPM0H2BH8VGS9ZM5H3BV",  our message id, as sent in "ref"
+//	          "to": "+15551234567",                 optional: the recipient (E.164), checked against the row's
 //	          "timestamp": "...",                   optional: when it happened, else the envelope's
 //	          "error": {"code": "window_closed",    failed only
 //	                    "message": "..."}}}

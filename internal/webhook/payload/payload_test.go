@@ -230,7 +230,15 @@ func TestWhatsAppFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkBatch(t, got, tt.want(body))
+			want := tt.want(body)
+			// Every fixture status names its recipient (recipient_id).
+			for i := range want.Statuses {
+				want.Statuses[i].Recipient = "+16505551234"
+				if id := want.Statuses[i].ProviderID; id == wamF2 || id == wamS2 {
+					want.Statuses[i].Recipient = "+447700900123"
+				}
+			}
+			checkBatch(t, got, want)
 		})
 	}
 }
@@ -283,9 +291,9 @@ func TestWhatsAppOtherMessageTypes(t *testing.T) {
 		edit      func(*store.Inbound)
 	}{
 		{"reaction", `{` + head + `"type":"reaction","reaction":{"message_id":"wamid.TEST2","emoji":"\uD83D\uDC4D"}}`,
-			func(in *store.Inbound) { in.Type, in.Text = "reaction", "👍" }},
+			func(in *store.Inbound) { in.Type, in.Text, in.ContextID = "reaction", "👍", "wamid.TEST2" }},
 		{"reaction removed", `{` + head + `"type":"reaction","reaction":{"message_id":"wamid.TEST2"}}`,
-			func(in *store.Inbound) { in.Type = "reaction" }},
+			func(in *store.Inbound) { in.Type, in.ContextID = "reaction", "wamid.TEST2" }},
 		{"location named", `{` + head + `"type":"location","location":{"latitude":37.4847,"longitude":-122.1473,"name":"Philz Coffee","address":"101 Forest Ave, Palo Alto, CA 94301"}}`,
 			func(in *store.Inbound) {
 				in.Type, in.Text = "location", "Philz Coffee, 101 Forest Ave, Palo Alto, CA 94301"

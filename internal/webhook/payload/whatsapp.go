@@ -45,6 +45,7 @@ type waStatus struct {
 	Status    string          `json:"status"`
 	Timestamp json.RawMessage `json:"timestamp"`
 	Callback  string          `json:"biz_opaque_callback_data"`
+	Recipient string          `json:"recipient_id"`
 	// Raw: kept verbatim as the row's last error.
 	Errors json.RawMessage `json:"errors"`
 }
@@ -216,6 +217,13 @@ func (b *Batch) waStatus(at string, raw json.RawMessage, pnid string) {
 		At:          t,
 		CallbackRef: s.Callback,
 	}
+	if s.Recipient != "" {
+		// Meta names the recipient by bare digits (a wa_id); one that is
+		// not a number (a group, a username) is not compared.
+		if r := "+" + strings.TrimPrefix(s.Recipient, "+"); e164(r) {
+			ev.Recipient = r
+		}
+	}
 	if st == state.Failed && present(s.Errors) {
 		if s.Errors[0] != '[' {
 			b.invalid(at, "errors is not an array")
@@ -280,6 +288,16 @@ func (b *Batch) waMessage(at string, raw json.RawMessage, pnid string) {
 	}
 	if m.Context != nil {
 		in.ContextID = m.Context.ID
+	}
+	if m.Type == "reaction" && in.ContextID == "" {
+		// A reaction names the message reacted to in reaction.message_id:
+		// it is about that message as a reply is, and attributed the same
+		// way.
+		var r struct {
+			MessageID string `json:"message_id"`
+		}
+		_ = json.Unmarshal(m.Reaction, &r)
+		in.ContextID = r.MessageID
 	}
 	switch {
 	case m.Type == "text" && m.Text != nil:
