@@ -198,6 +198,8 @@ func printStats(w io.Writer, r *statsResult) error {
 		{"parked webhook statuses", strconv.Itoa(s.ParkedEvidence)},
 		{"unprocessed webhooks", strconv.Itoa(s.UnprocessedWebhooks)},
 		{"unreadable webhooks", strconv.Itoa(s.UnreadableWebhooks)},
+		{"suspect webhook statuses", strconv.Itoa(s.SuspectEvidence)},
+		{"provider id collisions", strconv.Itoa(s.ProviderIDCollisions)},
 	})
 }
 
@@ -263,6 +265,10 @@ func printPrometheus(w io.Writer, s *store.Stats) error {
 		Set(float64(s.UnprocessedWebhooks))
 	gauge("msgq_unreadable_webhooks", "Stored webhook deliveries processing could not read, in whole or in part (msgq webhook unreadable; msgq webhook retry once fixed); purge keeps them.").
 		Set(float64(s.UnreadableWebhooks))
+	gauge("msgq_suspect_webhook_statuses", "Webhook statuses set aside because they disagree with the message they name (msgq webhook suspect); never applied.").
+		Set(float64(s.SuspectEvidence))
+	gauge("msgq_provider_id_collisions", "Messages sharing a provider id with another message of their identity (msgq webhook suspect); their statuses are set aside.").
+		Set(float64(s.ProviderIDCollisions))
 	gauge("msgq_oldest_eligible_queued_age_seconds",
 		"How long the oldest eligible queued message (due, within its deadline, identity not paused) has been due; 0 when none is.").
 		Set(oldestAge(s).Seconds())

@@ -70,7 +70,7 @@ type StatusEvidence struct {
 	Identity string `json:"identity"`
 	// DedupeKey identifies the status across deliveries: the webhook id
 	// where the provider sends one, else provider id|status|timestamp.
-	// Unique per provider.
+	// Unique per provider and identity.
 	DedupeKey  string      `json:"dedupe_key"`
 	ProviderID string      `json:"provider_id"` // the provider's message id (WhatsApp's wamid)
 	Status     state.State `json:"status"`      // sent, delivered, read or failed
@@ -197,7 +197,7 @@ type Inbound struct {
 	Provider string `json:"provider"`
 	Identity string `json:"identity"`
 	// ProviderMessageID is the provider's id of the inbound message;
-	// unique per provider, so a redelivery is a duplicate.
+	// unique per provider and identity, so a redelivery is a duplicate.
 	ProviderMessageID string `json:"provider_message_id"`
 	From              string `json:"from"` // E.164 with the plus
 	Type              string `json:"type"` // the provider's message type (text, button, interactive, ...)
@@ -279,7 +279,10 @@ type ApplyResult struct {
 // InboxParams filters InboxList. Zero values mean "any".
 type InboxParams struct {
 	Unattributed bool
-	Identity     string
+	// MessageID keeps the inbound messages linked to that row (replies,
+	// reactions).
+	MessageID string
+	Identity  string
 	From         string
 	Since        time.Time // received at or after
 	Limit        int       // 0: DefaultListLimit

@@ -185,7 +185,7 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 	AS v(id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref, error_code, error, received_at,
 		recipient, suspect, ord)
 ORDER BY v.ord
-ON CONFLICT (provider, dedupe_key) DO NOTHING RETURNING id`
+ON CONFLICT (provider, identity, dedupe_key) DO NOTHING RETURNING id`
 
 // insertInboundSQL writes new inbound messages, each linked to the row
 // its reply context names: the one row of its identity with that
@@ -201,7 +201,7 @@ FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text
 	$10::text[], $11::text[], $12::timestamptz[]) WITH ORDINALITY
 	AS v(id, event_id, provider, identity, pmid, sender, type, text, reply_id, reply_title, context_id, received_at, ord)
 ORDER BY v.ord
-ON CONFLICT (provider, provider_message_id) DO NOTHING RETURNING id, message_id`
+ON CONFLICT (provider, identity, provider_message_id) DO NOTHING RETURNING id, message_id`
 
 const windowSQL = `INSERT INTO service_windows (identity, recipient, last_inbound_at)
 SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
@@ -348,6 +348,9 @@ func (s *Store) insertStatuses(ctx context.Context, tx pgx.Tx, sts []*store.Stat
 		if order[i].Provider != order[j].Provider {
 			return order[i].Provider < order[j].Provider
 		}
+		if order[i].Identity != order[j].Identity {
+			return order[i].Identity < order[j].Identity
+		}
 		return order[i].DedupeKey < order[j].DedupeKey
 	})
 	n := len(order)
@@ -383,13 +386,14 @@ func (s *Store) insertStatuses(ctx context.Context, tx pgx.Tx, sts []*store.Stat
 	if len(ids) == n {
 		return nil
 	}
-	var providers, keys, events []string
+	var providers, identities, keys, events []string
 	for _, st := range order {
 		if st.ID == "" {
-			providers, keys, events = append(providers, st.Provider), append(keys, st.DedupeKey), append(events, st.EventID)
+			providers, identities = append(providers, st.Provider), append(identities, st.Identity)
+			keys, events = append(keys, st.DedupeKey), append(events, st.EventID)
 		}
 	}
-	reread, err := rereads(ctx, tx, rereadEvidenceSQL, providers, keys, events, fresh)
+	reread, err := rereads(ctx, tx, rereadEvidenceSQL, providers, identities, keys, events, fresh)
 	if err != nil {
 		return fmt.Errorf("postgres: ingest status: %w", err)
 	}
@@ -399,25 +403,25 @@ func (s *Store) insertStatuses(ctx context.Context, tx pgx.Tx, sts []*store.Stat
 }
 
 // rereadEvidenceSQL and rereadInboundSQL find, for items the unique index
-// refused (by provider and key), the row holding each key and the event
+// refused (by provider, identity and key), the row holding each key and the event
 // that wrote it. After the INSERT that refused them, under read committed,
 // each such row is committed or this transaction's own. The LIMIT keeps
 // each lookup a probe of the unique index (a subquery with one is not
 // flattened into a join), so that the planner cannot choose to hash the
 // whole table instead.
 const (
-	rereadEvidenceSQL = `SELECT v.ord, x.id, x.event_id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS v(provider, k, ord)
-CROSS JOIN LATERAL (SELECT e.id, e.event_id FROM evidence e WHERE e.provider = v.provider AND e.dedupe_key = v.k LIMIT 1) x`
-	rereadInboundSQL = `SELECT v.ord, x.id, x.event_id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS v(provider, k, ord)
-CROSS JOIN LATERAL (SELECT i.id, i.event_id FROM inbound i WHERE i.provider = v.provider AND i.provider_message_id = v.k LIMIT 1) x`
+	rereadEvidenceSQL = `SELECT v.ord, x.id, x.event_id FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS v(provider, identity, k, ord)
+CROSS JOIN LATERAL (SELECT e.id, e.event_id FROM evidence e WHERE e.provider = v.provider AND e.identity = v.identity AND e.dedupe_key = v.k LIMIT 1) x`
+	rereadInboundSQL = `SELECT v.ord, x.id, x.event_id FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS v(provider, identity, k, ord)
+CROSS JOIN LATERAL (SELECT i.id, i.event_id FROM inbound i WHERE i.provider = v.provider AND i.identity = v.identity AND i.provider_message_id = v.k LIMIT 1) x`
 )
 
-// rereads counts the refused items (providers[i], keys[i], of event
+// rereads counts the refused items (providers[i], identities[i], keys[i], of event
 // events[i]) whose key is held by a row an earlier processing of the same
 // event wrote: rereads, not duplicates. A row this statement wrote (fresh)
 // makes its item a duplicate within the call.
-func rereads(ctx context.Context, tx pgx.Tx, q string, providers, keys, events []string, fresh map[string]bool) (int, error) {
-	rs, err := tx.Query(ctx, q, providers, keys)
+func rereads(ctx context.Context, tx pgx.Tx, q string, providers, identities, keys, events []string, fresh map[string]bool) (int, error) {
+	rs, err := tx.Query(ctx, q, providers, identities, keys)
 	if err != nil {
 		return 0, err
 	}
@@ -447,6 +451,9 @@ func (s *Store) insertInbound(ctx context.Context, tx pgx.Tx, ins []*store.Inbou
 	sort.SliceStable(order, func(i, j int) bool {
 		if order[i].Provider != order[j].Provider {
 			return order[i].Provider < order[j].Provider
+		}
+		if order[i].Identity != order[j].Identity {
+			return order[i].Identity < order[j].Identity
 		}
 		return order[i].ProviderMessageID < order[j].ProviderMessageID
 	})
@@ -498,13 +505,14 @@ func (s *Store) insertInbound(ctx context.Context, tx pgx.Tx, ins []*store.Inbou
 		for _, r := range news {
 			fresh[r.id], written[byID[r.id]] = true, true
 		}
-		var providers, keys, events []string
+		var providers, identities, keys, events []string
 		for _, in := range order {
 			if !written[in] {
-				providers, keys, events = append(providers, in.Provider), append(keys, in.ProviderMessageID), append(events, in.EventID)
+				providers, identities = append(providers, in.Provider), append(identities, in.Identity)
+				keys, events = append(keys, in.ProviderMessageID), append(events, in.EventID)
 			}
 		}
-		reread, err := rereads(ctx, tx, rereadInboundSQL, providers, keys, events, fresh)
+		reread, err := rereads(ctx, tx, rereadInboundSQL, providers, identities, keys, events, fresh)
 		if err != nil {
 			return fmt.Errorf("postgres: ingest inbound: %w", err)
 		}
@@ -1036,6 +1044,10 @@ func (s *Store) InboxList(ctx context.Context, p *store.InboxParams) ([]store.In
 	}
 	if p.Unattributed {
 		where = append(where, "message_id IS NULL")
+	}
+	if p.MessageID != "" {
+		where = append(where, "message_id IS NOT NULL")
+		add("message_id = ?", p.MessageID)
 	}
 	if p.Identity != "" {
 		add("identity = ?", p.Identity)

@@ -226,14 +226,14 @@ func retryRefused(id string, processed bool) error {
 const (
 	insertEvidenceSQL = `INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at,
 	callback_ref, error_code, error, received_at, recipient, suspect, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (provider, dedupe_key) DO NOTHING`
+	ON CONFLICT (provider, identity, dedupe_key) DO NOTHING`
 	insertInboundSQL = `INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text,
 	reply_id, reply_title, context_id, message_id, received_at, stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (provider, provider_message_id) DO NOTHING`
+	ON CONFLICT (provider, identity, provider_message_id) DO NOTHING`
 	// An item the unique index refused: which row has its key, and from
 	// which event (a row this event wrote before is a reread).
-	evidenceByKeySQL = `SELECT id, event_id FROM evidence WHERE provider = ? AND dedupe_key = ?`
-	inboundByKeySQL  = `SELECT id, event_id FROM inbound WHERE provider = ? AND provider_message_id = ?`
+	evidenceByKeySQL = `SELECT id, event_id FROM evidence WHERE provider = ? AND identity = ? AND dedupe_key = ?`
+	inboundByKeySQL  = `SELECT id, event_id FROM inbound WHERE provider = ? AND identity = ? AND provider_message_id = ?`
 	// replyToSQL finds the row a reply answers: the one row of the
 	// reply's identity with its context as provider id (none when two
 	// share it: a collision is for a person), sent to the one who wrote
@@ -377,7 +377,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 			res.Statuses++
 			continue
 		}
-		reread, err := rereadOf(ctx, ts, evidenceByKeySQL, st.Provider, st.DedupeKey, p.EventID, fresh)
+		reread, err := rereadOf(ctx, ts, evidenceByKeySQL, st.Provider, st.Identity, st.DedupeKey, p.EventID, fresh)
 		if err != nil {
 			return fmt.Errorf("sqlite: ingest status: %w", err)
 		}
@@ -411,7 +411,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 			return fmt.Errorf("sqlite: ingest inbound: %w", err)
 		}
 		if n, _ := r.RowsAffected(); n != 1 {
-			reread, err := rereadOf(ctx, ts, inboundByKeySQL, in.Provider, in.ProviderMessageID, p.EventID, fresh)
+			reread, err := rereadOf(ctx, ts, inboundByKeySQL, in.Provider, in.Identity, in.ProviderMessageID, p.EventID, fresh)
 			if err != nil {
 				return fmt.Errorf("sqlite: ingest inbound: %w", err)
 			}
@@ -449,11 +449,11 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 }
 
 // rereadOf says whether the row holding an item's key (q looks it up by
-// provider and key) is one an earlier processing of eventID wrote: then
+// provider, identity and key) is one an earlier processing of eventID wrote: then
 // the item is a reread, not a duplicate. A row this call wrote (fresh) is
 // a duplicate within the call.
-func rereadOf(ctx context.Context, ts *txStmts, q, provider, key, eventID string, fresh map[string]bool) (bool, error) {
-	row, err := ts.queryRow(ctx, q, provider, key)
+func rereadOf(ctx context.Context, ts *txStmts, q, provider, identity, key, eventID string, fresh map[string]bool) (bool, error) {
+	row, err := ts.queryRow(ctx, q, provider, identity, key)
 	if err != nil {
 		return false, err
 	}
@@ -910,6 +910,9 @@ func (s *Store) InboxList(ctx context.Context, p *store.InboxParams) ([]store.In
 	if p.Unattributed {
 		// The literal predicate lets SQLite use the partial index.
 		where, index = append(where, "message_id IS NULL"), "inbound_unattributed"
+	}
+	if p.MessageID != "" {
+		where, args, index = append(where, "message_id IS NOT NULL", "message_id = ?"), append(args, p.MessageID), "inbound_message"
 	}
 	if p.Identity != "" {
 		where, args = append(where, "identity = ?"), append(args, p.Identity)

@@ -28,3 +28,13 @@ ALTER TABLE evidence ADD COLUMN recipient text NOT NULL DEFAULT '';
 ALTER TABLE evidence ADD COLUMN suspect text NOT NULL DEFAULT '';
 CREATE INDEX evidence_suspect ON evidence (received_at, id) WHERE outcome = 'suspect';
 CREATE INDEX evidence_pending_provider ON evidence (identity, provider_id) WHERE outcome = '';
+
+-- What customers answered to one message (replies, reactions), for msgq show.
+CREATE INDEX inbound_message ON inbound (message_id, received_at, id) WHERE message_id IS NOT NULL;
+
+-- Deduplication is per identity too: two numbers' providers may send the
+-- same wamid, status and second, or the same inbound id, and each is news.
+DROP INDEX evidence_dedupe;
+CREATE UNIQUE INDEX evidence_dedupe ON evidence (provider, identity, dedupe_key);
+DROP INDEX inbound_provider_message;
+CREATE UNIQUE INDEX inbound_provider_message ON inbound (provider, identity, provider_message_id);

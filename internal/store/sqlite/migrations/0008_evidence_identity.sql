@@ -30,3 +30,13 @@ CREATE INDEX evidence_suspect ON evidence (received_at, id) WHERE outcome = 'sus
 -- Parked statuses of a provider id just recorded on a row, within its identity.
 DROP INDEX evidence_pending_provider;
 CREATE INDEX evidence_pending_provider ON evidence (identity, provider_id) WHERE outcome = '';
+
+-- What customers answered to one message (replies, reactions), for msgq show.
+CREATE INDEX inbound_message ON inbound (message_id, received_at, id) WHERE message_id IS NOT NULL;
+
+-- Deduplication is per identity too: two numbers' providers may send the
+-- same wamid, status and second, or the same inbound id, and each is news.
+DROP INDEX evidence_dedupe;
+CREATE UNIQUE INDEX evidence_dedupe ON evidence (provider, identity, dedupe_key);
+DROP INDEX inbound_provider_message;
+CREATE UNIQUE INDEX inbound_provider_message ON inbound (provider, identity, provider_message_id);
