@@ -283,9 +283,9 @@ type InboxParams struct {
 	// reactions).
 	MessageID string
 	Identity  string
-	From         string
-	Since        time.Time // received at or after
-	Limit        int       // 0: DefaultListLimit
+	From      string
+	Since     time.Time // received at or after
+	Limit     int       // 0: DefaultListLimit
 }
 
 // WebhookStats are the evidence figures Stats reports.
