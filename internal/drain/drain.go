@@ -419,7 +419,13 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 		msg.Payload = *c.Payload
 	}
 	note := ""
-	if msg.Payload.Text != "" && cfg.WindowClosed != nil && cfg.WindowClosed(ctx, c.Identity, c.To) {
+	if msg.Payload.Text != "" && msg.Payload.FallbackTemplate != "" && strings.HasPrefix(c.LastError, store.FallbackNext) {
+		// The provider refused this text on the last call (window
+		// closed, nothing sent): the fallback goes instead.
+		fb := msg.Payload.FallbackTemplate
+		msg.Payload = fallbackPayload(msg.Payload)
+		note = "the provider said the window is closed: sent fallback template " + fb
+	} else if msg.Payload.Text != "" && cfg.WindowClosed != nil && cfg.WindowClosed(ctx, c.Identity, c.To) {
 		if c.MaybeSent {
 			// The text may already be on the phone: sending the fallback
 			// as well could deliver both. A person decides.
@@ -428,7 +434,7 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 			return
 		}
 		if fb := msg.Payload.FallbackTemplate; fb != "" {
-			msg.Payload = store.Payload{Template: fb, Lang: fallbackLang(msg.Payload)}
+			msg.Payload = fallbackPayload(msg.Payload)
 			note = "window closed: sent fallback template " + fb
 		} else {
 			// No call is made, so putting the row back is a definite retry.
@@ -455,7 +461,24 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 	table := retry.Table{Policy: id.Policy, Now: cfg.Now, Rand: rnd}
 	dec := table.Decide(retry.Outcome{Class: res.Class, RetryAfter: res.RetryAfter, Idempotent: id.Provider.Idempotent()},
 		c.Attempts, expires)
+	if res.WindowClosed && msg.Payload.Text != "" && msg.Payload.FallbackTemplate != "" && !c.MaybeSent &&
+		dec.Action == retry.MarkFailed && (expires.IsZero() || cfg.Now().Before(expires)) {
+		// A definite refusal of the text (nothing was sent), and the row
+		// has a fallback template: it goes next, at once, instead of the
+		// row failing. last_error carries FallbackNext, which the next
+		// claim reads. A row whose earlier call may have reached the
+		// phone is left to fail as before: the fallback could deliver
+		// twice.
+		dec = retry.Decision{Action: retry.Requeue, At: cfg.Now()}
+		note = strings.TrimPrefix(note+"; window closed: the fallback template "+msg.Payload.FallbackTemplate+" goes next", "; ")
+	}
 	d.record(c, log, res, dec, started, finished, note)
+}
+
+// fallbackPayload is what goes instead of a text when the window is
+// closed: its fallback template, with its parameters.
+func fallbackPayload(p store.Payload) store.Payload {
+	return store.Payload{Template: p.FallbackTemplate, Lang: fallbackLang(p), Params: p.FallbackParams}
 }
 
 // fallbackLang is the language for a fallback template: the row's own if it
@@ -515,6 +538,9 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 		NoCall: started.IsZero(), Source: store.SourceDrain, Detail: det, NextAttemptAt: dec.At, ProviderID: res.ProviderID}
 	if res.Class != retry.Accepted {
 		p.LastError = lastError(res)
+		if res.WindowClosed && dec.Action == retry.Requeue {
+			p.LastError = store.FallbackNext + "\n" + p.LastError
+		}
 	}
 	if !started.IsZero() {
 		p.Attempt = &store.Attempt{Number: c.Attempts, StartedAt: started, FinishedAt: finished, Class: string(res.Class),

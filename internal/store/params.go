@@ -82,6 +82,8 @@ func (p *EnqueueParams) Validate(now time.Time) error {
 		return &InvalidError{"text", "takes no language or parameters (those belong to a template)"}
 	case pl.FallbackTemplate != "" && pl.Text == "":
 		return &InvalidError{"fallback_template", "only applies to free-form text"}
+	case len(pl.FallbackParams) > 0 && pl.FallbackTemplate == "":
+		return &InvalidError{"fallback_params", "need a fallback_template"}
 	}
 	if !p.ExpiresAt.IsZero() {
 		if !p.ExpiresAt.After(now) {
@@ -122,6 +124,9 @@ func (p *EnqueueParams) BodyHash() string {
 func canonicalPayload(p Payload) Payload {
 	if len(p.Params) == 0 {
 		p.Params = nil
+	}
+	if len(p.FallbackParams) == 0 {
+		p.FallbackParams = nil
 	}
 	return p
 }

@@ -40,6 +40,14 @@ const CounterDuplicateWebhooks = "duplicate_webhooks"
 // without a migration.
 const WindowHeld = "customer-service window closed: free-form text held"
 
+// FallbackNext begins the last_error the drain writes on a row of
+// free-form text that the provider refused because the customer-service
+// window is closed (WhatsApp 131047), when the row has a fallback
+// template: nothing was sent, the row is queued again at once, and its
+// next claim sends the fallback template instead of the text. The
+// provider's error follows on the next line, verbatim.
+const FallbackNext = "customer-service window closed (the provider refused the text): the fallback template goes next"
+
 // WebhookEvent is one raw delivery, as received.
 type WebhookEvent struct {
 	ID       string `json:"id"`       // set by WebhookStore
