@@ -223,6 +223,92 @@ type Inbound struct {
 	StoredAt   time.Time `json:"stored_at"`   // set by WebhookIngest
 }
 
+// Notice kinds: what a provider said that is about no message in
+// particular.
+const (
+	// NoticeError: an error about the account or number, not a message
+	// (WhatsApp's value.errors, e.g. 130429 or 131031).
+	NoticeError = "error"
+	// NoticeTemplate: a template's review status changed (WhatsApp's
+	// message_template_status_update); PAUSED, DISABLED and REJECTED hold
+	// the queued rows that use it, APPROVED releases them.
+	NoticeTemplate = "template"
+	// NoticeQuality: the number's quality rating or messaging limit
+	// changed (phone_number_quality_update).
+	NoticeQuality = "quality"
+	// NoticeAccount: an account update, review or alert (account_update,
+	// account_review_update, account_alerts, business_capability_update).
+	NoticeAccount = "account"
+	// NoticeUnknown: a webhook field or event type msgq does not
+	// understand; kept, counted and listed, never silently dropped.
+	NoticeUnknown = "unknown"
+)
+
+// Notice is one thing a provider said about an identity rather than a
+// message. Field names in JSON are a contract (msgq webhook notices).
+type Notice struct {
+	ID       string `json:"id"` // set by WebhookIngest
+	EventID  string `json:"event_id"`
+	Provider string `json:"provider"`
+	Identity string `json:"identity"`
+	Kind     string `json:"kind"`  // a Notice* kind
+	Field    string `json:"field"` // the provider's name for it (WhatsApp's change field, the http event type)
+	// Code is an error code (NoticeError); Subject the template's name
+	// (NoticeTemplate) or the number; Lang the template's language; Value
+	// the event (APPROVED, PAUSED, FLAGGED, ...).
+	Code    string `json:"code"`
+	Subject string `json:"subject"`
+	Lang    string `json:"lang"`
+	Value   string `json:"value"`
+	// Detail is the provider's JSON of it, verbatim.
+	Detail string `json:"detail"`
+	// DedupeKey identifies it across redeliveries (the parser's).
+	DedupeKey  string    `json:"dedupe_key"`
+	At         time.Time `json:"at"` // the provider's time, zero when it gave none
+	ReceivedAt time.Time `json:"received_at"`
+}
+
+// TemplateHold is a template a provider reported unusable for an
+// identity: its queued rows wait until it is approved again.
+type TemplateHold struct {
+	Identity string    `json:"identity"`
+	Template string    `json:"template"`
+	Lang     string    `json:"lang"`
+	Status   string    `json:"status"` // PAUSED, DISABLED or REJECTED
+	Since    time.Time `json:"since"`
+	// Held counts the identity's queued rows of that template the hold
+	// has put back (their last_error says so).
+	Held int `json:"held"`
+}
+
+// TemplateHeldError is the last_error of a queued row held because its
+// template was reported paused, disabled or rejected. WebhookIngest
+// writes it on the queued rows when the hold starts, the drain on a row it
+// claims while the hold lasts, and an APPROVED notice releases exactly the
+// rows that carry it (due at once, last_error kept as history of why).
+func TemplateHeldError(template, lang string) string {
+	return TemplateHeldPrefix + template + " (" + lang + ") is held: the provider reported it paused, disabled or rejected"
+}
+
+// TemplateHeldPrefix begins every TemplateHeldError.
+const TemplateHeldPrefix = "template hold: "
+
+// TemplateHoldFor is how long a held row waits before a drain looks at it
+// again (it is released at once when the template is approved).
+const TemplateHoldFor = time.Hour
+
+// HoldsTemplate says whether status (a template status event) holds the
+// template's queued rows, and whether it releases them.
+func HoldsTemplate(status string) (hold, release bool) {
+	switch status {
+	case "PAUSED", "DISABLED", "REJECTED":
+		return true, false
+	case "APPROVED", "REINSTATED":
+		return false, true
+	}
+	return false, false
+}
+
 // IngestParams is what processing read from one stored event.
 //
 // Err, when set, says the event could not be read: it is marked processed
@@ -238,6 +324,12 @@ type IngestParams struct {
 	EventID  string
 	Statuses []StatusEvidence
 	Inbound  []Inbound
+	// Notices are what the event said about identities, not messages.
+	// A new template notice that holds or releases a template applies
+	// to every identity in TemplateIdentities[notice.Identity] (the
+	// identities on the same provider account), or its own alone.
+	Notices            []Notice
+	TemplateIdentities map[string][]string
 	Err      string
 	Skipped  string
 }
@@ -253,6 +345,13 @@ type IngestResult struct {
 	// neither new nor duplicates, as the provider did not send them again.
 	Reread   int
 	Released int // held rows (WindowHeld) made due by new inbound messages
+	// Notices counts new notices; NewNotices lists them (with their IDs),
+	// for the caller to act on (pausing an identity).
+	Notices    int
+	NewNotices []Notice
+	// TemplateHeld and TemplateReleased count queued rows a template
+	// notice held or released.
+	TemplateHeld, TemplateReleased int
 }
 
 // ApplyParams bounds EvidenceApply.
@@ -318,6 +417,14 @@ type WebhookStats struct {
 	// ProviderIDCollisions counts rows whose provider id another row of
 	// their identity has too (Collision).
 	ProviderIDCollisions int `json:"provider_id_collisions"`
+	// Notices counts what providers said about identities rather than
+	// messages; UnknownNotices those msgq did not understand.
+	Notices        int `json:"notices"`
+	UnknownNotices int `json:"unknown_notices"`
+	// TemplateHolds counts templates reported unusable; TemplateHeldRows
+	// the queued rows they hold.
+	TemplateHolds    int `json:"template_holds"`
+	TemplateHeldRows int `json:"template_held_rows"`
 }
 
 // WebhookPurged counts what WebhookPurge dropped (with DryRun: would drop).
@@ -416,6 +523,13 @@ type Evidence interface {
 	// recipient (E.164), or the zero time when never: the
 	// customer-service window is open until that time plus its length.
 	ServiceWindow(ctx context.Context, identity, recipient string) (time.Time, error)
+
+	// NoticeList returns up to limit (0: DefaultListLimit) notices, newest
+	// received first; with kind set, of that kind only.
+	NoticeList(ctx context.Context, kind string, limit int) ([]Notice, error)
+
+	// TemplateHolds returns the templates currently held, by identity.
+	TemplateHolds(ctx context.Context) ([]TemplateHold, error)
 
 	// WebhookStats returns the evidence figures.
 	WebhookStats(ctx context.Context) (*WebhookStats, error)

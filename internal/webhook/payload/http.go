@@ -68,7 +68,17 @@ func HTTP(body []byte, webhookID string) (*Batch, error) {
 		}
 	}
 	if b.Type != TypeStatus && b.Type != TypeReceived {
-		return &Batch{Ignored: []string{fmt.Sprintf("type %.60q", b.Type)}}, nil
+		// An event type msgq does not read: kept as a notice, counted and
+		// listed, never silently dropped.
+		n := store.Notice{Provider: store.WebhookHTTP, Kind: store.NoticeUnknown, Field: text(b.Type), Detail: string(body),
+			DedupeKey: noticeKey(b.Type, []byte(b.Timestamp), body)}
+		if webhookID != "" {
+			n.DedupeKey = "wh:" + text(webhookID)
+		}
+		if b.Timestamp != "" {
+			n.At, _ = rfc3339(b.Timestamp)
+		}
+		return &Batch{Notices: []Note{{Notice: n}}}, nil
 	}
 	if len(b.Data) == 0 || b.Data[0] != '{' {
 		return nil, malformed("%s: data is not an object", b.Type)

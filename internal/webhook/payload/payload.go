@@ -90,6 +90,8 @@ package payload
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -115,10 +117,22 @@ type Message struct {
 	PhoneNumberID string
 }
 
+// Note is one notice from a body, with the WhatsApp phone_number_id it
+// came through ("" when it names none: template and account updates are
+// about the business account).
+type Note struct {
+	store.Notice
+	PhoneNumberID string
+}
+
 // Batch is what one webhook body says.
 type Batch struct {
 	Statuses []Status
 	Inbound  []Message
+	// Notices are what it says about the account, a number or a
+	// template rather than a message, and whatever msgq does not
+	// understand (kind unknown): kept, never dropped.
+	Notices []Note
 	// Ignored names items recognised but not used (e.g. a status value
 	// msgq has no state for, a change about the account), for logs.
 	Ignored []string
@@ -298,6 +312,31 @@ func decodeProblem(prefix string, err error) string {
 		return "a JSON " + kind + " where an object was expected"
 	}
 	return fmt.Sprintf("%s is a JSON %s", field, kind)
+}
+
+// noticeKey is a notice's DedupeKey: Meta sends no delivery id and
+// redelivers the same bytes, so the field, the entry's time and the
+// value's bytes identify it.
+func noticeKey(field string, t json.RawMessage, raw []byte) string {
+	h := sha256.New()
+	h.Write([]byte(field))
+	h.Write([]byte{0})
+	h.Write(t)
+	h.Write([]byte{0})
+	h.Write(raw)
+	return field + ":" + hex.EncodeToString(h.Sum(nil))[:40]
+}
+
+// text keeps s usable as stored text: no NUL, at most MaxID bytes.
+func text(s string) string {
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) > MaxID {
+		s = s[:MaxID]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
 }
 
 func hasNUL(ss ...string) bool {
