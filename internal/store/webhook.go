@@ -266,6 +266,11 @@ type Notice struct {
 	DedupeKey  string    `json:"dedupe_key"`
 	At         time.Time `json:"at"` // the provider's time, zero when it gave none
 	ReceivedAt time.Time `json:"received_at"`
+	// PauseReason, set by processing when the retry table says the error
+	// is the identity's (a token, a blocked account), pauses the identity
+	// with that reason in the ingest that writes the notice: once, so a
+	// redelivery does not pause again an identity an operator resumed.
+	PauseReason string `json:"-"`
 }
 
 // TemplateHold is a template a provider reported unusable for an
@@ -288,6 +293,12 @@ type TemplateHold struct {
 // rows that carry it (due at once, last_error kept as history of why).
 func TemplateHeldError(template, lang string) string {
 	return TemplateHeldPrefix + template + " (" + lang + ") is held: the provider reported it paused, disabled or rejected"
+}
+
+// TemplateReleasedNote replaces TemplateHeldError on the rows a template
+// notice (status) released.
+func TemplateReleasedNote(template, lang, status string) string {
+	return "template " + template + " (" + lang + ") reported " + status + " again: released"
 }
 
 // TemplateHeldPrefix begins every TemplateHeldError.
@@ -345,10 +356,8 @@ type IngestResult struct {
 	// neither new nor duplicates, as the provider did not send them again.
 	Reread   int
 	Released int // held rows (WindowHeld) made due by new inbound messages
-	// Notices counts new notices; NewNotices lists them (with their IDs),
-	// for the caller to act on (pausing an identity).
-	Notices    int
-	NewNotices []Notice
+	// Notices counts new notices; Paused the identities a new one paused.
+	Notices, Paused int
 	// TemplateHeld and TemplateReleased count queued rows a template
 	// notice held or released.
 	TemplateHeld, TemplateReleased int

@@ -277,6 +277,9 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 				in.ReceivedAt = in.ReceivedAt.UTC().Truncate(store.Resolution)
 				ins = append(ins, in)
 			}
+			if err := s.ingestNotices(ctx, tx, p, ev, received, res); err != nil {
+				return err
+			}
 		}
 		if err := s.insertStatuses(ctx, tx, sts, now, res); err != nil {
 			return err
@@ -1124,9 +1127,12 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		"(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL), "+
 		"(SELECT count(*) FROM webhook_events WHERE error <> ''), "+
 		"(SELECT count(*) FROM evidence WHERE outcome = 'suspect'), "+
-		"(SELECT count(*) FROM messages WHERE provider_id_collision <> '')", store.CounterDuplicateWebhooks).
+		"(SELECT count(*) FROM messages WHERE provider_id_collision <> ''), "+
+		"(SELECT count(*) FROM notices), (SELECT count(*) FROM notices WHERE kind = $2), (SELECT count(*) FROM template_holds), "+
+		"(SELECT count(*) FROM messages WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: ')",
+		store.CounterDuplicateWebhooks, store.NoticeUnknown).
 		Scan(&st.DuplicateWebhooks, &st.UnattributedInbound, &st.ParkedEvidence, &st.UnprocessedWebhooks, &st.UnreadableWebhooks,
-			&st.SuspectEvidence, &st.ProviderIDCollisions)
+			&st.SuspectEvidence, &st.ProviderIDCollisions, &st.Notices, &st.UnknownNotices, &st.TemplateHolds, &st.TemplateHeldRows)
 	if err != nil {
 		return fmt.Errorf("postgres: webhook stats: %w", err)
 	}

@@ -387,6 +387,9 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 			res.Duplicates++
 		}
 	}
+	if err := s.ingestNotices(ctx, ts, p, ev, micros(now), res); err != nil {
+		return err
+	}
 	for j := range p.Inbound {
 		in := &p.Inbound[j]
 		store.PrepareInbound(in, p.EventID, j, ev)
@@ -1000,6 +1003,10 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_unreadable WHERE error <> ''", nil, &st.UnreadableWebhooks},
 		{"SELECT count(*) FROM evidence INDEXED BY evidence_suspect WHERE outcome = 'suspect'", nil, &st.SuspectEvidence},
 		{"SELECT count(*) FROM messages INDEXED BY messages_provider_id_collision WHERE provider_id_collision <> ''", nil, &st.ProviderIDCollisions},
+		{"SELECT count(*) FROM notices", nil, &st.Notices},
+		{"SELECT count(*) FROM notices INDEXED BY notices_kind WHERE kind = ?", []any{store.NoticeUnknown}, &st.UnknownNotices},
+		{"SELECT count(*) FROM template_holds", nil, &st.TemplateHolds},
+		{"SELECT count(*) FROM messages INDEXED BY messages_template_held WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: '", nil, &st.TemplateHeldRows},
 	} {
 		if err := q.QueryRowContext(ctx, f.q, f.args...).Scan(f.dest); err != nil {
 			return fmt.Errorf("sqlite: webhook stats: %w", err)

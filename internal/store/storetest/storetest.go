@@ -63,6 +63,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Ops", func(t *testing.T) { t.Parallel(); testOps(t, h) })
 	t.Run("Webhook", func(t *testing.T) { t.Parallel(); testWebhook(t, h) })
 	t.Run("EvidenceIdentity", func(t *testing.T) { t.Parallel(); testEvidenceIdentity(t, h) })
+	t.Run("Notices", func(t *testing.T) { t.Parallel(); testNotices(t, h) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {
