@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -102,7 +103,7 @@ an object on stdout.
 				Store: st, Identities: ids, Owner: leaseOwner(), Lease: o.lease, CallTimeout: o.callTimeout,
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
 				MaxDuration: o.maxDuration, MaxMessages: o.maxMessages, Grace: o.grace, IdlePoll: o.poll, Log: a.log,
-				WindowClosed: windowClosed(a, st), HoldFor: o.holdFor,
+				WindowClosed: windowClosed(a, st), HoldFor: o.holdFor, TemplateHeld: templateHeld(a, st),
 			})
 			fmt.Fprintf(a.ios.Err, "drain: claimed %d, sent %d, retried %d, failed %d, unknown %d, identity pauses %d, leases lost %d (%.1fs)\n",
 				sum.Claimed, sum.Sent, sum.Retried, sum.Failed, sum.Unknown, sum.Paused, sum.LeaseLost, sum.Seconds)
@@ -146,6 +147,37 @@ func windowClosed(a *app, st store.Store) func(ctx context.Context, identity, re
 			return false
 		}
 		return last.IsZero() || !a.now().Before(last.Add(id.Window))
+	}
+}
+
+// templateHeld says whether a provider reported a template unusable for
+// an identity (msgq webhook notices), from the store's holds, read at
+// most every few seconds: a hold is rare, and a call per send would cost
+// every send a query. A store error counts as not held: the provider
+// refuses a paused template itself (132015), and that sends nothing.
+func templateHeld(a *app, st store.Store) func(ctx context.Context, identity, template, lang string) (string, bool) {
+	var (
+		mu    sync.Mutex
+		read  time.Time
+		holds []store.TemplateHold
+	)
+	return func(ctx context.Context, identity, template, lang string) (string, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(read) > 5*time.Second {
+			hs, err := st.TemplateHolds(ctx)
+			if err != nil {
+				a.log.Warn("drain: reading template holds failed; sending as if none", "err", err)
+			} else {
+				holds, read = hs, time.Now()
+			}
+		}
+		for _, h := range holds {
+			if h.Identity == identity && h.Template == template && (h.Lang == "" || h.Lang == lang) {
+				return h.Lang, true
+			}
+		}
+		return "", false
 	}
 }
 

@@ -75,6 +75,11 @@ type Config struct {
 	// HoldFor is how long a held row waits before it is tried again;
 	// zero means one hour.
 	HoldFor time.Duration
+	// TemplateHeld, when set, says a provider reported the template (of
+	// that language) unusable for the identity, and the hold's language:
+	// a row that would send it goes back untouched, held (last_error
+	// store.TemplateHeldError) until the template is approved again.
+	TemplateHeld func(ctx context.Context, identity, template, lang string) (holdLang string, held bool)
 
 	Now  func() time.Time
 	Rand func() float64
@@ -441,6 +446,16 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed) {
 			d.record(c, log, provider.Result{Class: retry.Transient, RawError: store.WindowHeld},
 				retry.Decision{Action: retry.Requeue, At: cfg.Now().Add(cfg.HoldFor)}, time.Time{}, time.Time{},
 				"held: customer-service window closed and no fallback template")
+			return
+		}
+	}
+	if tpl := msg.Payload.Template; tpl != "" && cfg.TemplateHeld != nil {
+		if lang, held := cfg.TemplateHeld(ctx, c.Identity, tpl, msg.Payload.Lang); held {
+			// No call is made, so putting the row back is a definite
+			// retry; the approval releases it at once.
+			d.record(c, log, provider.Result{Class: retry.Transient, RawError: store.TemplateHeldError(tpl, lang)},
+				retry.Decision{Action: retry.Requeue, At: cfg.Now().Add(store.TemplateHoldFor)}, time.Time{}, time.Time{},
+				"held: template "+tpl+" reported paused, disabled or rejected")
 			return
 		}
 	}

@@ -341,8 +341,8 @@ type IngestParams struct {
 	// identities on the same provider account), or its own alone.
 	Notices            []Notice
 	TemplateIdentities map[string][]string
-	Err      string
-	Skipped  string
+	Err                string
+	Skipped            string
 }
 
 // IngestResult counts what WebhookIngest wrote.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/provider/whatsapp"
+	"github.com/msgq/msgq/internal/retry"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/webhook/payload"
 )
@@ -24,6 +27,11 @@ type Processor struct {
 	// that statuses and inbound messages are filed under the identity
 	// they came through.
 	PhoneNumberIDs map[string]string
+	// TemplateIdentities maps an identity to the identities on the same
+	// provider account (the same app secret), itself included: a
+	// template's status is the account's, so a hold applies to all of
+	// them. nil: each identity alone.
+	TemplateIdentities map[string][]string
 	// Batch is how many deliveries one ingest takes (0: 256).
 	Batch int
 	// RetryDelays are the waits before a delivery the store refused is
@@ -46,9 +54,17 @@ type Summary struct {
 	// Released counts held free-form texts made due at once because their
 	// customer wrote (the window opened).
 	Released int `json:"released"`
-	Applied  int `json:"applied"`
-	Recorded int `json:"recorded"`
-	Refused  int `json:"refused"`
+	// Notices counts new notices (account errors, template status, ...);
+	// PausedIdentities the identities their errors paused; TemplateHeld
+	// and TemplateReleased the queued rows template notices held and
+	// released.
+	Notices          int `json:"notices"`
+	PausedIdentities int `json:"paused_identities"`
+	TemplateHeld     int `json:"template_held"`
+	TemplateReleased int `json:"template_released"`
+	Applied          int `json:"applied"`
+	Recorded         int `json:"recorded"`
+	Refused          int `json:"refused"`
 	// Suspect counts statuses set aside because they disagree with the
 	// row they name (msgq webhook suspect).
 	Suspect    int `json:"suspect"`
@@ -65,6 +81,10 @@ func (s *Summary) add(o Summary) {
 	s.Inbound += o.Inbound
 	s.Duplicates += o.Duplicates
 	s.Released += o.Released
+	s.Notices += o.Notices
+	s.PausedIdentities += o.PausedIdentities
+	s.TemplateHeld += o.TemplateHeld
+	s.TemplateReleased += o.TemplateReleased
 	s.Applied += o.Applied
 	s.Recorded += o.Recorded
 	s.Refused += o.Refused
@@ -116,7 +136,8 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 		if err != nil {
 			return sum, err
 		}
-		sum.add(Summary{Events: res.Events, Statuses: res.Statuses, Inbound: res.Inbound, Duplicates: res.Duplicates, Released: res.Released})
+		sum.add(Summary{Events: res.Events, Statuses: res.Statuses, Inbound: res.Inbound, Duplicates: res.Duplicates, Released: res.Released,
+			Notices: res.Notices, PausedIdentities: res.Paused, TemplateHeld: res.TemplateHeld, TemplateReleased: res.TemplateReleased})
 		if len(evs) < n {
 			break
 		}
@@ -183,6 +204,10 @@ func (p *Processor) ingest(ctx context.Context, ps []store.IngestParams) (res *s
 		total.Inbound += r.Inbound
 		total.Duplicates += r.Duplicates
 		total.Released += r.Released
+		total.Notices += r.Notices
+		total.Paused += r.Paused
+		total.TemplateHeld += r.TemplateHeld
+		total.TemplateReleased += r.TemplateReleased
 	}
 	return total, marked, nil
 }
@@ -254,6 +279,23 @@ func (p *Processor) read(ev *store.WebhookEvent) store.IngestParams {
 		}
 		out.Statuses = append(out.Statuses, e)
 	}
+	for _, n := range b.Notices {
+		nt := n.Notice
+		nt.EventID, nt.Identity = ev.ID, p.identity(ev, n.PhoneNumberID)
+		if nt.Kind == store.NoticeError && ev.Provider == store.WebhookWhatsApp && !p.unknownNumber(ev, n.PhoneNumberID) {
+			// The retry table decides, as for a send's answer: an error
+			// of the identity's (a token, a locked account) pauses it.
+			if c, err := strconv.ParseInt(nt.Code, 10, 64); err == nil {
+				if class, _, _ := whatsapp.CodeClass(c); class == retry.Identity {
+					nt.PauseReason = fmt.Sprintf("%s (webhook, code %s): %s", retry.Identity, nt.Code, nt.Value)
+				}
+			}
+		}
+		p.log().Info("webhook: notice", "event", ev.ID, "identity", nt.Identity, "kind", nt.Kind, "field", nt.Field,
+			"code", nt.Code, "subject", nt.Subject, "value", nt.Value)
+		out.Notices = append(out.Notices, nt)
+	}
+	out.TemplateIdentities = p.TemplateIdentities
 	for _, m := range b.Inbound {
 		in := m.Inbound
 		in.EventID, in.Identity = ev.ID, p.identity(ev, m.PhoneNumberID)
