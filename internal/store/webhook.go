@@ -494,6 +494,17 @@ type Evidence interface {
 	// the text goes out as soon as a drain claims it rather than after the
 	// hold. That is scheduling, not a state change (as PaceDefer): no
 	// transition, no history. A duplicate releases nothing.
+	//
+	// Notices are written too, deduplicated by (provider, identity,
+	// DedupeKey) and counted as statuses are. A new one with a
+	// PauseReason pauses its identity (as IdentityPause). A new template
+	// notice whose status holds (HoldsTemplate) records a TemplateHold for
+	// each of its identities (TemplateIdentities) and puts back their
+	// queued rows of that template and language (last_error
+	// TemplateHeldError, next_attempt_at at least TemplateHoldFor away);
+	// one that releases deletes the holds and makes exactly the rows
+	// carrying TemplateHeldError due now (last_error TemplateReleasedNote).
+	// Scheduling again: no transition, no history.
 	WebhookIngest(ctx context.Context, ps []IngestParams) (*IngestResult, error)
 
 	// EvidenceApply matches pending statuses to rows within their
