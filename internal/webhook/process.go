@@ -299,6 +299,12 @@ func (p *Processor) read(ev *store.WebhookEvent) store.IngestParams {
 	for _, m := range b.Inbound {
 		in := m.Inbound
 		in.EventID, in.Identity = ev.ID, p.identity(ev, m.PhoneNumberID)
+		if p.unknownNumber(ev, m.PhoneNumberID) {
+			// Written to a number no identity has: kept and listed under
+			// that number, never linked to a row of the identity whose
+			// secret verified the delivery, nor opening its window.
+			in.Identity = "whatsapp:" + m.PhoneNumberID
+		}
 		p.log().Debug("webhook: inbound", "event", ev.ID, "from", phone.Mask(in.From), "type", in.Type)
 		out.Inbound = append(out.Inbound, in)
 	}
