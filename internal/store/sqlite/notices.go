@@ -33,7 +33,7 @@ const (
 
 // ingestNotices writes an event's notices (deduplicated) and applies the
 // template holds and releases of the new ones.
-func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *store.IngestedEvent, now int64,
+func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *store.IngestedEvent, now, received int64,
 	res *store.IngestResult) error {
 	provider, identity := "", ""
 	if ev != nil {
@@ -57,7 +57,7 @@ func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestP
 			at = micros(n.At.UTC())
 		}
 		r, err := ts.exec(ctx, insertNoticeSQL, id, n.EventID, n.Provider, n.Identity, n.Kind, n.Field, n.Code, n.Subject, n.Lang,
-			n.Value, n.Detail, n.DedupeKey, at, now)
+			n.Value, n.Detail, n.DedupeKey, at, received)
 		if err != nil {
 			return fmt.Errorf("sqlite: ingest notice: %w", err)
 		}

@@ -387,7 +387,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 			res.Duplicates++
 		}
 	}
-	if err := s.ingestNotices(ctx, ts, p, ev, micros(now), res); err != nil {
+	if err := s.ingestNotices(ctx, ts, p, ev, micros(now), micros(received), res); err != nil {
 		return err
 	}
 	for j := range p.Inbound {
