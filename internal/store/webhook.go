@@ -280,7 +280,7 @@ type TemplateHold struct {
 	Template string    `json:"template"`
 	Lang     string    `json:"lang"`
 	Status   string    `json:"status"` // PAUSED, DISABLED or REJECTED
-	Since    time.Time `json:"since"`
+	Since    time.Time `json:"since"`  // the provider's time of that status (else when msgq got it)
 	// Held counts the identity's queued rows of that template the hold
 	// has put back (their last_error says so).
 	Held int `json:"held"`
@@ -498,12 +498,14 @@ type Evidence interface {
 	// Notices are written too, deduplicated by (provider, identity,
 	// DedupeKey) and counted as statuses are. A new one with a
 	// PauseReason pauses its identity (as IdentityPause). A new template
-	// notice whose status holds (HoldsTemplate) records a TemplateHold for
-	// each of its identities (TemplateIdentities) and puts back their
-	// queued rows of that template and language (last_error
-	// TemplateHeldError, next_attempt_at at least TemplateHoldFor away);
-	// one that releases deletes the holds and makes exactly the rows
-	// carrying TemplateHeldError due now (last_error TemplateReleasedNote).
+	// notice whose status holds or releases (HoldsTemplate) records that
+	// status, as of the notice's At, for each of its identities
+	// (TemplateIdentities), unless a later status is recorded (Meta's
+	// order is not guaranteed: a stale notice changes nothing). A hold
+	// puts back their queued rows of that template and language
+	// (last_error TemplateHeldError, next_attempt_at at least
+	// TemplateHoldFor away); a release makes exactly the rows carrying
+	// TemplateHeldError due now (last_error TemplateReleasedNote).
 	// Scheduling again: no transition, no history.
 	WebhookIngest(ctx context.Context, ps []IngestParams) (*IngestResult, error)
 
@@ -548,7 +550,8 @@ type Evidence interface {
 	// received first; with kind set, of that kind only.
 	NoticeList(ctx context.Context, kind string, limit int) ([]Notice, error)
 
-	// TemplateHolds returns the templates currently held, by identity.
+	// TemplateHolds returns the templates currently held (their latest
+	// status holds), by identity.
 	TemplateHolds(ctx context.Context) ([]TemplateHold, error)
 
 	// WebhookStats returns the evidence figures.

@@ -18,15 +18,17 @@ const (
 	insertNoticeSQL = `INSERT INTO notices (id, event_id, provider, identity, kind, field, code, subject, lang, value, detail,
 	dedupe_key, at, received_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 	ON CONFLICT (provider, identity, dedupe_key) DO NOTHING`
-	holdTemplateSQL = `INSERT INTO template_holds (identity, template, lang, status, since, notice_id) VALUES ($1, $2, $3, $4, $5, $6)
-	ON CONFLICT (identity, template, lang) DO UPDATE SET status = excluded.status, notice_id = excluded.notice_id`
+	// templateStatusSQL records a template's status unless a later one is
+	// recorded already (then it changes no row).
+	templateStatusSQL = `INSERT INTO template_holds (identity, template, lang, status, since, notice_id) VALUES ($1, $2, $3, $4, $5, $6)
+	ON CONFLICT (identity, template, lang) DO UPDATE SET status = excluded.status, since = excluded.since, notice_id = excluded.notice_id
+	WHERE excluded.since >= template_holds.since`
 	// holdRowsSQL puts back the identity's queued rows of a template (of
 	// that language, or any when the notice names none). It walks the
 	// identity's queued rows: a template's status changes seldom.
 	holdRowsSQL = `UPDATE messages SET last_error = $1, next_attempt_at = greatest(next_attempt_at, $2)
 	WHERE state = 'queued' AND identity = $3 AND payload IS NOT NULL
 	AND payload::jsonb->>'template' = $4 AND ($5 = '' OR coalesce(payload::jsonb->>'lang', '') = $5)`
-	releaseTemplateSQL = `DELETE FROM template_holds WHERE identity = $1 AND template = $2 AND lang = $3`
 	// releaseRowsSQL's predicate repeats messages_template_held's.
 	releaseRowsSQL = `UPDATE messages SET next_attempt_at = $1, last_error = $2
 	WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: ' AND identity = $3 AND last_error = $4`
@@ -97,12 +99,20 @@ func (s *Store) ingestNotices(ctx context.Context, tx pgx.Tx, p *store.IngestPar
 		if len(ids) == 0 {
 			ids = []string{n.Identity}
 		}
+		since := now
+		if at != nil {
+			since = *at
+		}
 		for _, idn := range ids {
 			marker := store.TemplateHeldError(n.Subject, n.Lang)
+			tag, err := tx.Exec(ctx, templateStatusSQL, idn, n.Subject, n.Lang, n.Value, since, id)
+			if err != nil {
+				return fmt.Errorf("postgres: ingest notice: template status: %w", err)
+			}
+			if tag.RowsAffected() != 1 {
+				continue // a later status is recorded: this one is stale
+			}
 			if hold {
-				if _, err := tx.Exec(ctx, holdTemplateSQL, idn, n.Subject, n.Lang, n.Value, now, id); err != nil {
-					return fmt.Errorf("postgres: ingest notice: hold template: %w", err)
-				}
 				tag, err := tx.Exec(ctx, holdRowsSQL, marker, now.Add(store.TemplateHoldFor), idn, n.Subject, n.Lang)
 				if err != nil {
 					return fmt.Errorf("postgres: ingest notice: hold rows: %w", err)
@@ -110,10 +120,7 @@ func (s *Store) ingestNotices(ctx context.Context, tx pgx.Tx, p *store.IngestPar
 				res.TemplateHeld += int(tag.RowsAffected())
 				continue
 			}
-			if _, err := tx.Exec(ctx, releaseTemplateSQL, idn, n.Subject, n.Lang); err != nil {
-				return fmt.Errorf("postgres: ingest notice: release template: %w", err)
-			}
-			tag, err := tx.Exec(ctx, releaseRowsSQL, now, store.TemplateReleasedNote(n.Subject, n.Lang, n.Value), idn, marker)
+			tag, err = tx.Exec(ctx, releaseRowsSQL, now, store.TemplateReleasedNote(n.Subject, n.Lang, n.Value), idn, marker)
 			if err != nil {
 				return fmt.Errorf("postgres: ingest notice: release rows: %w", err)
 			}
@@ -165,7 +172,8 @@ func (s *Store) TemplateHolds(ctx context.Context) ([]store.TemplateHold, error)
 	rs, err := s.pool.Query(ctx, `SELECT h.identity, h.template, h.lang, h.status, h.since,
 	(SELECT count(*) FROM messages m WHERE m.state = 'queued' AND substr(m.last_error, 1, 15) = 'template hold: '
 		AND m.identity = h.identity AND m.last_error = $1 || h.template || ' (' || h.lang || $2)
-	FROM template_holds h ORDER BY h.identity, h.template, h.lang`, store.TemplateHeldPrefix, templateHeldSuffix)
+	FROM template_holds h WHERE h.status IN ('PAUSED', 'DISABLED', 'REJECTED') ORDER BY h.identity, h.template, h.lang`,
+		store.TemplateHeldPrefix, templateHeldSuffix)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: template holds: %w", err)
 	}

@@ -1128,7 +1128,7 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		"(SELECT count(*) FROM webhook_events WHERE error <> ''), "+
 		"(SELECT count(*) FROM evidence WHERE outcome = 'suspect'), "+
 		"(SELECT count(*) FROM messages WHERE provider_id_collision <> ''), "+
-		"(SELECT count(*) FROM notices), (SELECT count(*) FROM notices WHERE kind = $2), (SELECT count(*) FROM template_holds), "+
+		"(SELECT count(*) FROM notices), (SELECT count(*) FROM notices WHERE kind = $2), (SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')), "+
 		"(SELECT count(*) FROM messages WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: ')",
 		store.CounterDuplicateWebhooks, store.NoticeUnknown).
 		Scan(&st.DuplicateWebhooks, &st.UnattributedInbound, &st.ParkedEvidence, &st.UnprocessedWebhooks, &st.UnreadableWebhooks,

@@ -16,15 +16,17 @@ const (
 	insertNoticeSQL = `INSERT INTO notices (id, event_id, provider, identity, kind, field, code, subject, lang, value, detail,
 	dedupe_key, at, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (provider, identity, dedupe_key) DO NOTHING`
-	holdTemplateSQL = `INSERT INTO template_holds (identity, template, lang, status, since, notice_id) VALUES (?, ?, ?, ?, ?, ?)
-	ON CONFLICT (identity, template, lang) DO UPDATE SET status = excluded.status, notice_id = excluded.notice_id`
+	// templateStatusSQL records a template's status unless a later one is
+	// recorded already (then it changes no row).
+	templateStatusSQL = `INSERT INTO template_holds (identity, template, lang, status, since, notice_id) VALUES (?, ?, ?, ?, ?, ?)
+	ON CONFLICT (identity, template, lang) DO UPDATE SET status = excluded.status, since = excluded.since, notice_id = excluded.notice_id
+	WHERE excluded.since >= template_holds.since`
 	// holdRowsSQL puts back the identity's queued rows of a template (of
 	// that language, or any when the notice names none). It walks the
 	// identity's queued rows: a template's status changes seldom.
 	holdRowsSQL = `UPDATE messages SET last_error = ?, next_attempt_at = max(next_attempt_at, ?)
 	WHERE state = 'queued' AND identity = ? AND payload IS NOT NULL
 	AND json_extract(payload, '$.template') = ? AND (? = '' OR coalesce(json_extract(payload, '$.lang'), '') = ?)`
-	releaseTemplateSQL = `DELETE FROM template_holds WHERE identity = ? AND template = ? AND lang = ?`
 	// releaseRowsSQL makes the rows a hold put back due now; its predicate
 	// repeats messages_template_held's literally.
 	releaseRowsSQL = `UPDATE messages INDEXED BY messages_template_held SET next_attempt_at = ?, last_error = ?
@@ -93,12 +95,20 @@ func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestP
 		if !hold && !release {
 			continue
 		}
+		since := now
+		if !n.At.IsZero() {
+			since = micros(n.At.UTC())
+		}
 		for _, idn := range templateIdentities(p, n.Identity) {
 			marker := store.TemplateHeldError(n.Subject, n.Lang)
+			r, err := ts.exec(ctx, templateStatusSQL, idn, n.Subject, n.Lang, n.Value, since, id)
+			if err != nil {
+				return fmt.Errorf("sqlite: ingest notice: template status: %w", err)
+			}
+			if k, _ := r.RowsAffected(); k != 1 {
+				continue // a later status is recorded: this one is stale
+			}
 			if hold {
-				if _, err := ts.exec(ctx, holdTemplateSQL, idn, n.Subject, n.Lang, n.Value, now, id); err != nil {
-					return fmt.Errorf("sqlite: ingest notice: hold template: %w", err)
-				}
 				r, err := ts.exec(ctx, holdRowsSQL, marker, now+store.TemplateHoldFor.Microseconds(), idn, n.Subject, n.Lang, n.Lang)
 				if err != nil {
 					return fmt.Errorf("sqlite: ingest notice: hold rows: %w", err)
@@ -107,10 +117,7 @@ func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestP
 				res.TemplateHeld += int(k)
 				continue
 			}
-			if _, err := ts.exec(ctx, releaseTemplateSQL, idn, n.Subject, n.Lang); err != nil {
-				return fmt.Errorf("sqlite: ingest notice: release template: %w", err)
-			}
-			r, err := ts.exec(ctx, releaseRowsSQL, now, store.TemplateReleasedNote(n.Subject, n.Lang, n.Value), idn, marker)
+			r, err = ts.exec(ctx, releaseRowsSQL, now, store.TemplateReleasedNote(n.Subject, n.Lang, n.Value), idn, marker)
 			if err != nil {
 				return fmt.Errorf("sqlite: ingest notice: release rows: %w", err)
 			}
@@ -174,7 +181,8 @@ func (s *Store) TemplateHolds(ctx context.Context) ([]store.TemplateHold, error)
 	(SELECT count(*) FROM messages m INDEXED BY messages_template_held WHERE m.state = 'queued'
 		AND substr(m.last_error, 1, 15) = 'template hold: ' AND m.identity = h.identity AND m.last_error = ?
 		|| h.template || ' (' || h.lang || ?)
-	FROM template_holds h ORDER BY h.identity, h.template, h.lang`, store.TemplateHeldPrefix, templateHeldSuffix)
+	FROM template_holds h WHERE h.status IN ('PAUSED', 'DISABLED', 'REJECTED') ORDER BY h.identity, h.template, h.lang`,
+		store.TemplateHeldPrefix, templateHeldSuffix)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: template holds: %w", err)
 	}

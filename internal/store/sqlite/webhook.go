@@ -1005,7 +1005,7 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		{"SELECT count(*) FROM messages INDEXED BY messages_provider_id_collision WHERE provider_id_collision <> ''", nil, &st.ProviderIDCollisions},
 		{"SELECT count(*) FROM notices", nil, &st.Notices},
 		{"SELECT count(*) FROM notices INDEXED BY notices_kind WHERE kind = ?", []any{store.NoticeUnknown}, &st.UnknownNotices},
-		{"SELECT count(*) FROM template_holds", nil, &st.TemplateHolds},
+		{"SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')", nil, &st.TemplateHolds},
 		{"SELECT count(*) FROM messages INDEXED BY messages_template_held WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: '", nil, &st.TemplateHeldRows},
 	} {
 		if err := q.QueryRowContext(ctx, f.q, f.args...).Scan(f.dest); err != nil {

@@ -147,5 +147,18 @@ func testNotices(t *testing.T, h Harness) {
 		if ws.TemplateHolds != 0 || ws.TemplateHeldRows != 0 {
 			t.Errorf("stats %+v", ws)
 		}
+		// Meta's order is not guaranteed: a PAUSED older than the APPROVED
+		// (a late redelivery) must not hold the approved template again.
+		stale := templateNotice("shop", "order_update", "en_US", "PAUSED", 1)
+		stale.DedupeKey += "|redelivered"
+		if res := w.ingestNotices([]store.Notice{stale}, siblings); res.Notices != 1 || res.TemplateHeld != 0 {
+			t.Errorf("a stale PAUSED: %+v", res)
+		}
+		if holds := must[[]store.TemplateHold](t)(w.s.TemplateHolds(whCtx)); len(holds) != 0 {
+			t.Errorf("a stale PAUSED held the template again: %+v", holds)
+		}
+		if got := w.get(a.ID); strings.HasPrefix(got.LastError, store.TemplateHeldPrefix) {
+			t.Errorf("a stale PAUSED held a row again: %+v", got)
+		}
 	})
 }

@@ -24,9 +24,11 @@ CREATE UNIQUE INDEX notices_dedupe ON notices (provider, identity, dedupe_key);
 CREATE INDEX notices_received ON notices (received_at, id);
 CREATE INDEX notices_kind ON notices (kind, received_at, id);
 
--- Templates a provider reported PAUSED, DISABLED or REJECTED for an
--- identity: its queued rows of that template wait (last_error says so)
--- until an APPROVED notice deletes the hold and releases them.
+-- The latest status a provider reported of a template for an identity,
+-- and as of when (the provider's time): PAUSED, DISABLED or REJECTED hold
+-- its queued rows (last_error says so) until APPROVED (or REINSTATED)
+-- releases them. A notice older than the status kept changes nothing, so
+-- a late redelivery of PAUSED cannot hold an approved template again.
 CREATE TABLE template_holds (
     identity  TEXT    NOT NULL,
     template  TEXT    NOT NULL,
