@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -133,7 +134,7 @@ an object on stdout.
 				Store: st, Identities: ids, Owner: owner, Lease: o.lease, CallTimeout: o.callTimeout,
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
 				MaxDuration: o.maxDuration, MaxMessages: o.maxMessages, Grace: o.grace, IdlePoll: o.poll, Log: a.log,
-				WindowClosed: windowClosed(a, st, clk.Now), HoldFor: o.holdFor, Now: clk.Now,
+				WindowClosed: windowClosed(a, st, clk.Now), HoldFor: o.holdFor, Now: clk.Now, TemplateHeld: templateHeld(a, st),
 			})
 			stopWatch()
 			fmt.Fprintf(a.ios.Err, "drain: claimed %d, sent %d, retried %d, failed %d, unknown %d, identity pauses %d, leases lost %d, given back %d (%.1fs)\n",
@@ -180,6 +181,37 @@ func windowClosed(a *app, st store.Store, now func() time.Time) func(ctx context
 			return false
 		}
 		return last.IsZero() || !now().Before(last.Add(id.Window))
+	}
+}
+
+// templateHeld says whether a provider reported a template unusable for
+// an identity (msgq webhook notices), from the store's holds, read at
+// most every few seconds: a hold is rare, and a call per send would cost
+// every send a query. A store error counts as not held: the provider
+// refuses a paused template itself (132015), and that sends nothing.
+func templateHeld(a *app, st store.Store) func(ctx context.Context, identity, template, lang string) (string, bool) {
+	var (
+		mu    sync.Mutex
+		read  time.Time
+		holds []store.TemplateHold
+	)
+	return func(ctx context.Context, identity, template, lang string) (string, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if time.Since(read) > 5*time.Second {
+			hs, err := st.TemplateHolds(ctx)
+			if err != nil {
+				a.log.Warn("drain: reading template holds failed; sending as if none", "err", err)
+			} else {
+				holds, read = hs, time.Now()
+			}
+		}
+		for _, h := range holds {
+			if h.Identity == identity && h.Template == template && (h.Lang == "" || h.Lang == lang) {
+				return h.Lang, true
+			}
+		}
+		return "", false
 	}
 }
 

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"strconv"
@@ -44,6 +46,12 @@ type identityRow struct {
 	// here skip the identity and its rows stay queued.
 	SendsHere  bool     `json:"sends_here"`
 	MissingEnv []string `json:"missing_env"`
+	// LastNotice is the latest thing the provider said about the
+	// identity rather than a message (an account-level error, a quality
+	// or account update), "" when none; TemplateHolds the templates
+	// reported unusable for it, whose queued rows wait.
+	LastNotice    string   `json:"last_notice"`
+	TemplateHolds []string `json:"template_holds"`
 }
 
 func newIdentitiesCmd(a *app) *cobra.Command {
@@ -99,6 +107,9 @@ for but the config does not name shows as not configured: no drain sends them.
 				}
 				r.Paused, r.Reason, r.PausedAt, r.Queued, r.Sending, r.Unknown = s.Paused, s.Reason, s.PausedAt, s.Queued, s.Sending, s.Unknown
 			}
+			if err := identityNotices(cmd.Context(), st, rows); err != nil {
+				return err
+			}
 			out := sortedRows(rows)
 			if a.cfg.Output == outJSON {
 				return printJSON(a.ios.Out, out)
@@ -125,11 +136,12 @@ for but the config does not name shows as not configured: no drain sends them.
 				if r.PerRecipientDefault {
 					per += " (default)"
 				}
+				notice := strings.Join(append(slices.Clone(r.TemplateHolds), r.LastNotice), "; ")
 				table = append(table, []string{r.Name, prov, orDash(strings.Join(r.Channels, ",")), orDash(rate), orDash(per),
-					strconv.Itoa(r.Queued), strconv.Itoa(r.Sending), strconv.Itoa(r.Unknown), paused, here})
+					strconv.Itoa(r.Queued), strconv.Itoa(r.Sending), strconv.Itoa(r.Unknown), paused, here, orDash(strings.Trim(notice, "; "))})
 			}
 			return printTable(a.ios.Out, []string{"NAME", "PROVIDER", "CHANNELS", "RATE", "PER-RECIPIENT", "QUEUED", "SENDING", "UNKNOWN",
-				"PAUSED", "SENDS HERE"}, table)
+				"PAUSED", "SENDS HERE", "NOTICE"}, table)
 		},
 	}
 	var reason string
@@ -186,6 +198,50 @@ for but the config does not name shows as not configured: no drain sends them.
 	}
 	cmd.AddCommand(pause, resume)
 	return cmd
+}
+
+// identityNotices fills each row's latest notice and template holds.
+func identityNotices(ctx context.Context, st store.Store, rows map[string]*identityRow) error {
+	holds, err := st.TemplateHolds(ctx)
+	if err != nil {
+		return err
+	}
+	for _, h := range holds {
+		r := rows[h.Identity]
+		if r == nil {
+			r = &identityRow{Name: h.Identity}
+			rows[h.Identity] = r
+		}
+		r.TemplateHolds = append(r.TemplateHolds, fmt.Sprintf("template %s (%s) %s: %d held", h.Template, h.Lang, h.Status, h.Held))
+	}
+	ns, err := st.NoticeList(ctx, "", 500)
+	if err != nil {
+		return err
+	}
+	for _, n := range ns { // newest first
+		r := rows[n.Identity]
+		if r == nil || r.LastNotice != "" || n.Kind == store.NoticeTemplate || n.Kind == store.NoticeUnknown {
+			continue
+		}
+		r.LastNotice = noticeLine(&n)
+	}
+	for _, r := range rows {
+		if r.TemplateHolds == nil {
+			r.TemplateHolds = []string{}
+		}
+	}
+	return nil
+}
+
+// noticeLine says what a notice is in a few words, with when it came.
+func noticeLine(n *store.Notice) string {
+	parts := []string{n.Kind}
+	for _, p := range []string{n.Code, n.Subject, n.Lang, n.Value} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, " ") + " at " + stamp(n.ReceivedAt)
 }
 
 func sortedRows(rows map[string]*identityRow) []identityRow {

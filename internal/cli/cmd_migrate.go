@@ -26,11 +26,23 @@ several processes at once.
 			if err != nil {
 				return err
 			}
+			// Rows that shared a provider id within their identity before
+			// ids were unique per identity are kept and marked, not a
+			// failed migration: say so, every run, until they are settled.
+			ws, err := st.WebhookStats(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if ws.ProviderIDCollisions > 0 {
+				fmt.Fprintf(a.ios.Err, "migrate: %d messages share a provider id with another message of their identity; their statuses are set aside (msgq webhook suspect)\n",
+					ws.ProviderIDCollisions)
+			}
 			if a.cfg.Output == outJSON {
 				if applied == nil {
 					applied = []int{}
 				}
-				return printJSON(a.ios.Out, map[string]any{"store": redactURL(a.cfg.Store), "applied": applied})
+				return printJSON(a.ios.Out, map[string]any{"store": redactURL(a.cfg.Store), "applied": applied,
+					"provider_id_collisions": ws.ProviderIDCollisions})
 			}
 			if len(applied) == 0 {
 				_, err = fmt.Fprintf(a.ios.Out, "%s: schema is up to date\n", redactURL(a.cfg.Store))

@@ -18,7 +18,7 @@ type sendOptions struct {
 }
 
 // perMessageFlags belong to one message and make no sense with --file.
-var perMessageFlags = []string{"key", "to", "template", "lang", "param", "text", "fallback-template",
+var perMessageFlags = []string{"key", "to", "template", "lang", "param", "text", "fallback-template", "fallback-param",
 	"ref", "not-before", "expires-in", "expires-at"}
 
 func (o *sendOptions) Validate() error {
@@ -53,7 +53,7 @@ row that holds the key.
 
 With --file F (- for standard input), each line is one JSON object with the
 fields key, to, region, channel, identity, template, lang, params, text,
-fallback_template, purpose, ref, lane, not_before, expires_in, expires_at,
+fallback_template, fallback_params, purpose, ref, lane, not_before, expires_in, expires_at,
 tenant. Lines are enqueued in batched transactions; each gets one result line on
 stdout, in input order; bad lines are reported with their line number while
 the good ones are enqueued. Re-running a file is safe: done lines replay.
@@ -90,7 +90,8 @@ the good ones are enqueued. Re-running a file is safe: done lines replay.
 	f.StringVar(&o.spec.Lang, "lang", "", "template language (default "+defaultLang+")")
 	f.StringArrayVar(&o.spec.Params, "param", nil, "template parameter, in order; repeat for each")
 	f.StringVar(&o.spec.Text, "text", "", "free-form text (instead of a template)")
-	f.StringVar(&o.spec.FallbackTemplate, "fallback-template", "", "template to send instead of --text when the customer-service window is closed")
+	f.StringVar(&o.spec.FallbackTemplate, "fallback-template", "", "template to send instead of --text when the customer-service window is closed (known closed, or the provider says so: WhatsApp 131047)")
+	f.StringArrayVar(&o.spec.FallbackParams, "fallback-param", nil, "fallback template parameter, in order; repeat for each")
 	f.StringVar(&o.spec.Purpose, "purpose", "", "what the message is for (e.g. shipping, otp, marketing)")
 	f.StringVar(&o.spec.Ref, "ref", "", "reference to what triggered it (e.g. order:1001)")
 	f.StringVar(&o.spec.Lane, "lane", "", "reply (drained first) or bulk (default bulk)")

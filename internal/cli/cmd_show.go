@@ -41,6 +41,9 @@ type showResult struct {
 	AttemptCount int                  `json:"attempt_count"`
 	History      []store.HistoryEntry `json:"history"`
 	Attempts     []store.Attempt      `json:"attempts"`
+	// Inbound is what the customer sent about this message (replies,
+	// reactions), newest first.
+	Inbound []store.Inbound `json:"inbound"`
 }
 
 func runShow(ctx context.Context, a *app, ref string) error {
@@ -63,13 +66,17 @@ func runShow(ctx context.Context, a *app, ref string) error {
 	if err != nil {
 		return err
 	}
-	if a.cfg.Output == outJSON {
-		return printJSON(a.ios.Out, showResult{m, m.Attempts, hist, atts})
+	in, err := st.InboxList(ctx, &store.InboxParams{MessageID: m.ID})
+	if err != nil {
+		return err
 	}
-	return printShow(a, m, hist, atts)
+	if a.cfg.Output == outJSON {
+		return printJSON(a.ios.Out, showResult{m, m.Attempts, hist, atts, in})
+	}
+	return printShow(a, m, hist, atts, in)
 }
 
-func printShow(a *app, m *store.Message, hist []store.HistoryEntry, atts []store.Attempt) error {
+func printShow(a *app, m *store.Message, hist []store.HistoryEntry, atts []store.Attempt, in []store.Inbound) error {
 	w := a.ios.Out
 	content := "-"
 	if p := m.Payload; p != nil {
@@ -125,6 +132,21 @@ func printShow(a *app, m *store.Message, hist []store.HistoryEntry, atts []store
 				strconv.Itoa(at.HTTPStatus), orDash(at.ProviderCode), orDash(at.ProviderSubcode), at.Latency.String()})
 		}
 		if err := printTable(w, []string{"#", "STARTED", "CLASS", "HTTP", "CODE", "SUBCODE", "LATENCY"}, rows); err != nil {
+			return err
+		}
+	}
+	if len(in) > 0 {
+		// Replies and reactions: what the customer said about it.
+		fmt.Fprintln(w, "\nINBOUND")
+		rows = rows[:0]
+		for _, i := range in {
+			text := i.Text
+			if i.ReplyID != "" {
+				text = i.ReplyTitle + " [" + i.ReplyID + "]"
+			}
+			rows = append(rows, []string{stamp(i.ReceivedAt), i.Type, orDash(oneLine(text))})
+		}
+		if err := printTable(w, []string{"RECEIVED", "TYPE", "TEXT"}, rows); err != nil {
 			return err
 		}
 	}

@@ -224,6 +224,10 @@ func printStats(w io.Writer, r *statsResult) error {
 		{"unprocessed webhooks", strconv.Itoa(s.UnprocessedWebhooks)},
 		{"unreadable webhooks", strconv.Itoa(s.UnreadableWebhooks)},
 		{"largest clock offset", clockOffsetText(s)},
+		{"suspect webhook statuses", strconv.Itoa(s.SuspectEvidence)},
+		{"provider id collisions", strconv.Itoa(s.ProviderIDCollisions)},
+		{"provider notices", fmt.Sprintf("%d (%d not understood)", s.Notices, s.UnknownNotices)},
+		{"templates held", fmt.Sprintf("%d (%d queued rows waiting)", s.TemplateHolds, s.TemplateHeldRows)},
 	}, vitalRows(s, r.QueuedUnsendable)...))
 }
 
@@ -298,6 +302,18 @@ func printPrometheus(w io.Writer, s *store.Stats, un []unsendableQueue) error {
 		Set(float64(s.UnprocessedWebhooks))
 	gauge("msgq_unreadable_webhooks", "Stored webhook deliveries processing could not read, in whole or in part (msgq webhook unreadable; msgq webhook retry once fixed); purge keeps them.").
 		Set(float64(s.UnreadableWebhooks))
+	gauge("msgq_suspect_webhook_statuses", "Webhook statuses set aside because they disagree with the message they name (msgq webhook suspect); never applied.").
+		Set(float64(s.SuspectEvidence))
+	gauge("msgq_notices", "What webhooks said about identities rather than messages (msgq webhook notices).").
+		Set(float64(s.Notices))
+	gauge("msgq_unknown_notices", "Webhook items msgq does not understand, kept and listed (msgq webhook notices --kind unknown).").
+		Set(float64(s.UnknownNotices))
+	gauge("msgq_template_holds", "Templates a provider reported paused, disabled or rejected, per identity.").
+		Set(float64(s.TemplateHolds))
+	gauge("msgq_template_held_rows", "Queued messages waiting because their template is held.").
+		Set(float64(s.TemplateHeldRows))
+	gauge("msgq_provider_id_collisions", "Messages sharing a provider id with another message of their identity (msgq webhook suspect); their statuses are set aside.").
+		Set(float64(s.ProviderIDCollisions))
 	gauge("msgq_oldest_eligible_queued_age_seconds",
 		"How long the oldest eligible queued message (due, within its deadline, identity not paused) has been due; 0 when none is.").
 		Set(oldestAge(s).Seconds())

@@ -192,8 +192,9 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 			}
 			fields := slices.Sorted(maps.Keys(raw))
 			want := []string{"at", "attempts_by_class", "clock_offset_ns", "clock_offset_process", "counts", "delivered", "delivery_p50_ns", "delivery_p95_ns",
-				"duplicate_webhooks", "key_replays", "oldest_eligible_age_ns", "oldest_eligible_due_at", "parked_evidence",
-				"sending_past_lease", "unattributed_inbound", "unknown", "unprocessed_webhooks", "unreadable_webhooks", "window_ns"}
+				"duplicate_webhooks", "key_replays", "notices", "oldest_eligible_age_ns", "oldest_eligible_due_at", "parked_evidence",
+				"provider_id_collisions", "sending_past_lease", "suspect_evidence", "template_held_rows", "template_holds",
+				"unattributed_inbound", "unknown", "unknown_notices", "unprocessed_webhooks", "unreadable_webhooks", "window_ns"}
 			want = slices.Sorted(slices.Values(append(want, statsVitalFields...))) // stats_vitals_test.go
 			if !slices.Equal(fields, want) {
 				t.Errorf("stats -o json fields %v, want %v", fields, want)
@@ -326,6 +327,12 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 				{"msgq_stats_window_seconds", nil, 3600},
 				{"msgq_unreadable_webhooks", nil, 0},
 				{"msgq_clock_offset_seconds", nil, 0},
+				{"msgq_suspect_webhook_statuses", nil, 0},
+				{"msgq_provider_id_collisions", nil, 0},
+				{"msgq_notices", nil, 0},
+				{"msgq_unknown_notices", nil, 0},
+				{"msgq_template_holds", nil, 0},
+				{"msgq_template_held_rows", nil, 0},
 			} {
 				if got := value(c.name, c.labels...); got != c.want {
 					t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -35,11 +35,11 @@ and inbound messages are linked to the message they answer and open the
 customer-service window.
 
 ` + exitStatusHelp,
-		Args: exactArgs(0, "a subcommand (serve, process, replay, parked, unreadable, show or retry)"),
+		Args: exactArgs(0, "a subcommand (serve, process, replay, parked, suspect, notices, unreadable, show or retry)"),
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newWebhookServeCmd(a), newWebhookProcessCmd(a), newWebhookReplayCmd(a), newWebhookParkedCmd(a),
-		newWebhookUnreadableCmd(a), newWebhookShowCmd(a), newWebhookRetryCmd(a))
+		newWebhookSuspectCmd(a), newWebhookNoticesCmd(a), newWebhookUnreadableCmd(a), newWebhookShowCmd(a), newWebhookRetryCmd(a))
 	return cmd
 }
 
@@ -114,6 +114,26 @@ func phoneNumberIDs(ids map[string]*identity) map[string]string {
 	for n, id := range ids {
 		if id.Config.PhoneNumberID != "" {
 			out[id.Config.PhoneNumberID] = n
+		}
+	}
+	return out
+}
+
+// templateIdentities maps each WhatsApp identity to the identities that
+// share its app secret (the same Meta app, so the same business account's
+// templates), itself included.
+func templateIdentities(ids map[string]*identity) map[string][]string {
+	bySecret := map[string][]string{}
+	for n, id := range ids {
+		if id.Config.AppSecretEnv != "" {
+			bySecret[id.Config.AppSecretEnv] = append(bySecret[id.Config.AppSecretEnv], n)
+		}
+	}
+	out := map[string][]string{}
+	for _, group := range bySecret {
+		sort.Strings(group)
+		for _, n := range group {
+			out[n] = group
 		}
 	}
 	return out
@@ -228,7 +248,8 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 	var workers sync.WaitGroup
 	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
 	if o.process {
-		p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities), Log: a.log}
+		p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities),
+			TemplateIdentities: templateIdentities(a.cfg.Identities), Log: a.log}
 		workers.Go(func() { p.Run(wctx, wake, o.poll) })
 	}
 
@@ -408,7 +429,8 @@ func readReplay(a *app, name string) ([]byte, error) {
 // processStored processes every stored delivery and pending status, and
 // prints what changed.
 func processStored(ctx context.Context, a *app, st store.Store) error {
-	p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities), Log: a.log}
+	p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities),
+		TemplateIdentities: templateIdentities(a.cfg.Identities), Log: a.log}
 	sum, err := p.Once(ctx)
 	if err != nil {
 		return err
@@ -419,8 +441,12 @@ func processStored(ctx context.Context, a *app, st store.Store) error {
 // printProcessSummary prints what processing did: a line on stderr, the
 // changes on stdout (a table, or the summary as JSON).
 func printProcessSummary(a *app, sum webhook.Summary) error {
-	fmt.Fprintf(a.ios.Err, "webhook: %d deliveries (%d unreadable), %d new statuses, %d new inbound, %d duplicates; applied %d, recorded %d, refused %d, inbound linked %d, parked %d, held texts released %d\n",
-		sum.Events, sum.Unreadable, sum.Statuses, sum.Inbound, sum.Duplicates, sum.Applied, sum.Recorded, sum.Refused, sum.Attributed, sum.Parked, sum.Released)
+	fmt.Fprintf(a.ios.Err, "webhook: %d deliveries (%d unreadable), %d new statuses, %d new inbound, %d duplicates; applied %d, recorded %d, refused %d, suspect %d, inbound linked %d, parked %d, held texts released %d\n",
+		sum.Events, sum.Unreadable, sum.Statuses, sum.Inbound, sum.Duplicates, sum.Applied, sum.Recorded, sum.Refused, sum.Suspect, sum.Attributed, sum.Parked, sum.Released)
+	if sum.Notices > 0 || sum.TemplateReleased > 0 {
+		fmt.Fprintf(a.ios.Err, "webhook: %d new notices (msgq webhook notices); identities paused %d; template holds: %d rows held, %d released\n",
+			sum.Notices, sum.PausedIdentities, sum.TemplateHeld, sum.TemplateReleased)
+	}
 	if a.cfg.Output == outJSON {
 		if sum.Changes == nil {
 			sum.Changes = []store.AppliedEvidence{}
@@ -471,6 +497,134 @@ an array of statuses.
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", store.DefaultListLimit, "at most this many statuses")
+	return cmd
+}
+
+// suspectList is webhook suspect's JSON. Field names are a contract.
+type suspectList struct {
+	Statuses   []store.StatusEvidence `json:"statuses"`
+	Collisions []store.Collision      `json:"collisions"`
+}
+
+func newWebhookSuspectCmd(a *app) *cobra.Command {
+	limit := 0
+	cmd := &cobra.Command{
+		Use:   "suspect",
+		Short: "Statuses set aside because they disagree with their message, and provider id collisions",
+		Long: `List the evidence msgq would not apply because it contradicts itself, oldest first:
+
+  - statuses whose own reference (WhatsApp's biz_opaque_callback_data, the http
+    API's ref) names another message than their provider id does, or whose
+    recipient is not the message's, or that came through an identity other
+    than the message's (or a WhatsApp number no identity has);
+  - provider id collisions: messages of one identity that share a provider id
+    (rows written before ids were unique per identity, or a provider that
+    issued an id twice). Statuses naming such an id are set aside too.
+
+None of it moved a message. Look at the messages named (msgq show ID) and
+settle them if the evidence says what became of them (msgq resolve ID --as
+sent|failed --note ...). -o json prints {statuses, collisions}.
+
+` + exitStatusHelp,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit <= 0 {
+				return usagef("--limit must be positive")
+			}
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			sus, err := st.EvidenceSuspects(cmd.Context(), limit)
+			if err != nil {
+				return err
+			}
+			col, err := st.ProviderIDCollisions(cmd.Context(), limit)
+			if err != nil {
+				return err
+			}
+			if a.cfg.Output == outJSON {
+				return printJSON(a.ios.Out, suspectList{Statuses: sus, Collisions: col})
+			}
+			rows := make([][]string, 0, len(sus))
+			for _, e := range sus {
+				rows = append(rows, []string{stamp(e.ReceivedAt), e.Provider, orDash(e.Identity), e.ProviderID, string(e.Status),
+					orDash(e.CallbackRef), oneLine(e.Suspect)})
+			}
+			if err := printTable(a.ios.Out, []string{"RECEIVED", "PROVIDER", "IDENTITY", "PROVIDER_ID", "STATUS", "REF", "WHY"}, rows); err != nil {
+				return err
+			}
+			if len(col) == 0 {
+				return nil
+			}
+			fmt.Fprintln(a.ios.Out, "\nPROVIDER ID COLLISIONS")
+			rows = rows[:0]
+			for _, c := range col {
+				rows = append(rows, []string{c.Identity, c.ProviderID, c.MessageID, string(c.State), stamp(c.CreatedAt)})
+			}
+			return printTable(a.ios.Out, []string{"IDENTITY", "PROVIDER_ID", "ID", "STATE", "CREATED"}, rows)
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", store.DefaultListLimit, "at most this many statuses (and as many collisions)")
+	return cmd
+}
+
+func newWebhookNoticesCmd(a *app) *cobra.Command {
+	var (
+		limit int
+		kind  string
+	)
+	cmd := &cobra.Command{
+		Use:   "notices",
+		Short: "What providers said about identities rather than messages, newest first",
+		Long: `List what webhooks said about an account, a number or a template rather than a
+message, and whatever msgq did not understand, newest first:
+
+  error     an error about the number or account (WhatsApp value.errors, e.g.
+            130429); one the retry table calls the identity's (a token, a
+            locked account) paused the identity (msgq identities)
+  template  a template's status (message_template_status_update): PAUSED,
+            DISABLED or REJECTED holds the queued rows that use it on the
+            account's identities; APPROVED releases them
+  quality   the number's quality rating or messaging limit
+  account   account updates, reviews and alerts
+  unknown   a field or event type msgq does not read: kept, counted (stats:
+            unknown_notices) and listed here, never silently dropped
+
+-o json prints an array of notices (detail is the provider's JSON, verbatim).
+
+` + exitStatusHelp,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit <= 0 {
+				return usagef("--limit must be positive")
+			}
+			switch kind {
+			case "", store.NoticeError, store.NoticeTemplate, store.NoticeQuality, store.NoticeAccount, store.NoticeUnknown:
+			default:
+				return usagef("--kind must be error, template, quality, account or unknown (got %q)", kind)
+			}
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ns, err := st.NoticeList(cmd.Context(), kind, limit)
+			if err != nil {
+				return err
+			}
+			return printRows(a, ns, []string{"RECEIVED", "IDENTITY", "KIND", "FIELD", "CODE", "SUBJECT", "VALUE"},
+				func(n *store.Notice) []string {
+					subject := n.Subject
+					if n.Lang != "" {
+						subject += " (" + n.Lang + ")"
+					}
+					return []string{stamp(n.ReceivedAt), orDash(n.Identity), n.Kind, orDash(n.Field), orDash(n.Code),
+						orDash(subject), orDash(oneLine(n.Value))}
+				})
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", store.DefaultListLimit, "at most this many notices")
+	cmd.Flags().StringVar(&kind, "kind", "", "only notices of this kind: error, template, quality, account or unknown")
 	return cmd
 }
 

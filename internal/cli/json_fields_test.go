@@ -48,7 +48,7 @@ func TestJSONFieldsArePinned(t *testing.T) {
 	}{
 		{"a list row", m, rowFields},
 		{"send", sendResult{m, true}, sortedWith(rowFields, "replayed")},
-		{"show", showResult{m, 0, []store.HistoryEntry{}, []store.Attempt{}}, sortedWith(rowFields, "history", "attempt_count")},
+		{"show", showResult{m, 0, []store.HistoryEntry{}, []store.Attempt{}, []store.Inbound{}}, sortedWith(rowFields, "history", "attempt_count", "inbound")},
 		{"a history entry", store.HistoryEntry{}, []string{"applied", "at", "detail", "event", "from", "message_id", "source", "to"}},
 		{"an attempt", store.Attempt{}, []string{"class", "finished_at", "http_status", "latency_ns", "message_id",
 			"number", "provider_code", "provider_subcode", "raw_error", "started_at"}},

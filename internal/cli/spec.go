@@ -22,6 +22,7 @@ type sendSpec struct {
 	Params           []string `json:"params"`
 	Text             string   `json:"text"`
 	FallbackTemplate string   `json:"fallback_template"`
+	FallbackParams   []string `json:"fallback_params"`
 	Purpose          string   `json:"purpose"`
 	Ref              string   `json:"ref"`
 	Lane             string   `json:"lane"`
@@ -65,7 +66,7 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 		TriggerRef: s.Ref,
 		Lane:       pick(s.Lane, d.Lane),
 		Payload: store.Payload{Template: s.Template, Lang: s.Lang, Params: s.Params, Text: s.Text,
-			FallbackTemplate: s.FallbackTemplate},
+			FallbackTemplate: s.FallbackTemplate, FallbackParams: s.FallbackParams},
 	}
 	if p.Payload.Template != "" && p.Payload.Lang == "" {
 		p.Payload.Lang = defaultLang

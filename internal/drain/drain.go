@@ -77,6 +77,11 @@ type Config struct {
 	// HoldFor is how long a held row waits before it is tried again;
 	// zero means one hour.
 	HoldFor time.Duration
+	// TemplateHeld, when set, says a provider reported the template (of
+	// that language) unusable for the identity, and the hold's language:
+	// a row that would send it goes back untouched, held (last_error
+	// store.TemplateHeldError) until the template is approved again.
+	TemplateHeld func(ctx context.Context, identity, template, lang string) (holdLang string, held bool)
 
 	// Now is the store's clock as this process knows it (its host's
 	// clock corrected by the measured offset; time.Now when nil): pacing
@@ -523,7 +528,13 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed, start LeaseStart) 
 		msg.Payload = *c.Payload
 	}
 	note := ""
-	if msg.Payload.Text != "" && cfg.WindowClosed != nil && cfg.WindowClosed(ctx, c.Identity, c.To) {
+	if msg.Payload.Text != "" && msg.Payload.FallbackTemplate != "" && strings.HasPrefix(c.LastError, store.FallbackNext) {
+		// The provider refused this text on the last call (window
+		// closed, nothing sent): the fallback goes instead.
+		fb := msg.Payload.FallbackTemplate
+		msg.Payload = fallbackPayload(msg.Payload)
+		note = "the provider said the window is closed: sent fallback template " + fb
+	} else if msg.Payload.Text != "" && cfg.WindowClosed != nil && cfg.WindowClosed(ctx, c.Identity, c.To) {
 		if c.MaybeSent {
 			// The text may already be on the phone: sending the fallback
 			// as well could deliver both. A person decides.
@@ -532,13 +543,23 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed, start LeaseStart) 
 			return
 		}
 		if fb := msg.Payload.FallbackTemplate; fb != "" {
-			msg.Payload = store.Payload{Template: fb, Lang: fallbackLang(msg.Payload)}
+			msg.Payload = fallbackPayload(msg.Payload)
 			note = "window closed: sent fallback template " + fb
 		} else {
 			// No call is made, so putting the row back is a definite retry.
 			d.record(c, log, provider.Result{Class: retry.Transient, RawError: store.WindowHeld},
 				retry.Decision{Action: retry.Requeue, At: cfg.Now().Add(cfg.HoldFor)}, time.Time{}, time.Time{},
 				"held: customer-service window closed and no fallback template")
+			return
+		}
+	}
+	if tpl := msg.Payload.Template; tpl != "" && cfg.TemplateHeld != nil {
+		if lang, held := cfg.TemplateHeld(ctx, c.Identity, tpl, msg.Payload.Lang); held {
+			// No call is made, so putting the row back is a definite
+			// retry; the approval releases it at once.
+			d.record(c, log, provider.Result{Class: retry.Transient, RawError: store.TemplateHeldError(tpl, lang)},
+				retry.Decision{Action: retry.Requeue, At: cfg.Now().Add(store.TemplateHoldFor)}, time.Time{}, time.Time{},
+				"held: template "+tpl+" reported paused, disabled or rejected")
 			return
 		}
 	}
@@ -565,6 +586,17 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed, start LeaseStart) 
 	table := retry.Table{Policy: id.Policy, Now: cfg.Now, Rand: rnd}
 	dec := table.Decide(retry.Outcome{Class: res.Class, RetryAfter: res.RetryAfter, Idempotent: id.Provider.Idempotent()},
 		c.Attempts, expires)
+	if res.WindowClosed && msg.Payload.Text != "" && msg.Payload.FallbackTemplate != "" && !c.MaybeSent &&
+		dec.Action == retry.MarkFailed && (expires.IsZero() || cfg.Now().Before(expires)) {
+		// A definite refusal of the text (nothing was sent), and the row
+		// has a fallback template: it goes next, at once, instead of the
+		// row failing. last_error carries FallbackNext, which the next
+		// claim reads. A row whose earlier call may have reached the
+		// phone is left to fail as before: the fallback could deliver
+		// twice.
+		dec = retry.Decision{Action: retry.Requeue, At: cfg.Now()}
+		note = strings.TrimPrefix(note+"; window closed: the fallback template "+msg.Payload.FallbackTemplate+" goes next", "; ")
+	}
 	d.record(c, log, res, dec, started, finished, note)
 }
 
@@ -577,7 +609,7 @@ func (d *drainer) giveBack(c *store.Claimed, log *slog.Logger, why string) {
 	log.Warn("lease check failed: row given back without a call", "why", why)
 	d.add(func(s *Summary) { s.GivenBack++ })
 	p := store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: d.cfg.Owner, LeaseUntil: leaseUntil(c), KeepIfStale: true,
-		Event: state.Event{Kind: state.Retry}, NoCall: true, Source: store.SourceDrain, NextAttemptAt: d.cfg.Now(),
+		Event: state.Event{Kind: state.Retry}, NoCall: true, Source: store.SourceDrain, // due at once, on the store's clock
 		Detail: "lease check: " + why + ": given back without a call"}
 	d.outcomes <- &outcome{p: p, finish: func(r store.TransitionResult) {
 		switch {
@@ -599,6 +631,12 @@ func leaseUntil(c *store.Claimed) time.Time {
 		return time.Time{}
 	}
 	return *c.LeaseUntil
+}
+
+// fallbackPayload is what goes instead of a text when the window is
+// closed: its fallback template, with its parameters.
+func fallbackPayload(p store.Payload) store.Payload {
+	return store.Payload{Template: p.FallbackTemplate, Lang: fallbackLang(p), Params: p.FallbackParams}
 }
 
 // fallbackLang is the language for a fallback template: the row's own if it
@@ -667,6 +705,9 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 	}
 	if res.Class != retry.Accepted {
 		p.LastError = lastError(res)
+		if res.WindowClosed && dec.Action == retry.Requeue {
+			p.LastError = store.FallbackNext + "\n" + p.LastError
+		}
 	}
 	if !started.IsZero() {
 		p.Attempt = &store.Attempt{Number: c.Attempts, StartedAt: started, FinishedAt: finished, Class: string(res.Class),

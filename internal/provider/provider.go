@@ -42,6 +42,11 @@ type Result struct {
 	// limit such as WhatsApp's 131056): the drain slows that recipient,
 	// not the whole identity.
 	RecipientOnly bool
+	// WindowClosed says the provider refused free-form text because the
+	// customer-service window is closed (WhatsApp 131047, the http API's
+	// window_closed): nothing was sent, and a row with a fallback
+	// template switches to it.
+	WindowClosed bool
 }
 
 // Provider sends messages for one sending identity.

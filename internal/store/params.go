@@ -94,6 +94,8 @@ func (p *EnqueueParams) Validate(now time.Time) error {
 		return &InvalidError{"text", "takes no language or parameters (those belong to a template)"}
 	case pl.FallbackTemplate != "" && pl.Text == "":
 		return &InvalidError{"fallback_template", "only applies to free-form text"}
+	case len(pl.FallbackParams) > 0 && pl.FallbackTemplate == "":
+		return &InvalidError{"fallback_params", "need a fallback_template"}
 	}
 	switch {
 	case p.ExpiresIn < 0:
@@ -140,6 +142,9 @@ func (p *EnqueueParams) BodyHash() string {
 func canonicalPayload(p Payload) Payload {
 	if len(p.Params) == 0 {
 		p.Params = nil
+	}
+	if len(p.FallbackParams) == 0 {
+		p.FallbackParams = nil
 	}
 	return p
 }

@@ -386,6 +386,8 @@ type Payload struct {
 	Params           []string `json:"params,omitempty"`
 	Text             string   `json:"text,omitempty"`
 	FallbackTemplate string   `json:"fallback_template,omitempty"`
+	// FallbackParams are the fallback template's parameters, in order.
+	FallbackParams []string `json:"fallback_params,omitempty"`
 }
 
 // EnqueueParams is one logical send to create.

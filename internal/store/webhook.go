@@ -40,6 +40,14 @@ const CounterDuplicateWebhooks = "duplicate_webhooks"
 // without a migration.
 const WindowHeld = "customer-service window closed: free-form text held"
 
+// FallbackNext begins the last_error the drain writes on a row of
+// free-form text that the provider refused because the customer-service
+// window is closed (WhatsApp 131047), when the row has a fallback
+// template: nothing was sent, the row is queued again at once, and its
+// next claim sends the fallback template instead of the text. The
+// provider's error follows on the next line, verbatim.
+const FallbackNext = "customer-service window closed (the provider refused the text): the fallback template goes next"
+
 // WebhookEvent is one raw delivery, as received.
 type WebhookEvent struct {
 	ID       string `json:"id"`       // set by WebhookStore
@@ -70,7 +78,7 @@ type StatusEvidence struct {
 	Identity string `json:"identity"`
 	// DedupeKey identifies the status across deliveries: the webhook id
 	// where the provider sends one, else provider id|status|timestamp.
-	// Unique per provider.
+	// Unique per provider and identity.
 	DedupeKey  string      `json:"dedupe_key"`
 	ProviderID string      `json:"provider_id"` // the provider's message id (WhatsApp's wamid)
 	Status     state.State `json:"status"`      // sent, delivered, read or failed
@@ -78,14 +86,23 @@ type StatusEvidence struct {
 	// CallbackRef is our message id as echoed back by the provider
 	// (WhatsApp's biz_opaque_callback_data, the http API's ref).
 	CallbackRef string `json:"callback_ref"`
+	// Recipient is the recipient the status names (WhatsApp's
+	// recipient_id, the http API's "to"), E.164 with the plus; "" when
+	// it names none. Where given it must be the row's recipient.
+	Recipient string `json:"recipient"`
 	// ErrorCode is the provider's first error code of a failed status;
 	// Error the provider's error text verbatim (WhatsApp: the errors
 	// array as received).
 	ErrorCode string `json:"error_code"`
 	Error     string `json:"error"`
 	// Set by the store:
-	MessageID  string     `json:"message_id"` // the row it was matched to ("" while parked)
-	Outcome    string     `json:"outcome"`    // "" while pending, else an Evidence* outcome
+	MessageID string `json:"message_id"` // the row it was matched to ("" while parked)
+	Outcome   string `json:"outcome"`    // "" while pending, else an Evidence* outcome
+	// Suspect says why the status was set aside (Outcome EvidenceSuspect):
+	// its reference, identity or recipient disagrees with the row its
+	// provider id names. Processing may set it before ingest (a WhatsApp
+	// number no identity has); the store sets it when matching.
+	Suspect    string     `json:"suspect"`
 	ReceivedAt time.Time  `json:"received_at"`
 	AppliedAt  *time.Time `json:"applied_at"`
 }
@@ -95,7 +112,90 @@ const (
 	EvidenceApplied  = "applied"  // the row moved
 	EvidenceRecorded = "recorded" // stale or repeated: in history, the row kept its state
 	EvidenceRefused  = "refused"  // the machine refused it (e.g. a status for a row never claimed)
+	// EvidenceSuspect: set aside, never applied. The status names a row
+	// by one means (provider id, or our reference) and disagrees with it
+	// by another (the reference names another row, the row belongs to
+	// another identity or another recipient, or its provider id names
+	// several rows of the identity). A person looks at it (msgq webhook
+	// suspect); it is kept, not retried.
+	EvidenceSuspect = "suspect"
 )
+
+// MatchRow is what matching a status reads of a candidate row.
+type MatchRow struct {
+	ID, Identity, Recipient, ProviderID string
+	State                               state.State
+	LeaseUntil                          *time.Time
+}
+
+// MatchStatus decides which row a status is about (DESIGN.md §11:
+// evidence is matched within the identity whose endpoint received it).
+// byPID are the rows of st.Identity whose provider id is st.ProviderID
+// (at most two are needed), ref the row st.CallbackRef names (nil when
+// none, or none exists). It returns the row and whether it was found by
+// the reference alone; or suspect, why the status must be set aside; or
+// neither, when no row is known yet (the status stays parked).
+func MatchStatus(st *StatusEvidence, byPID []MatchRow, ref *MatchRow) (row *MatchRow, byRef bool, suspect string) {
+	recipientDiffers := func(r *MatchRow) bool {
+		return st.Recipient != "" && r.Recipient != "" && digitsOf(st.Recipient) != digitsOf(r.Recipient)
+	}
+	switch {
+	case len(byPID) > 1:
+		return nil, false, fmt.Sprintf("provider id %s names %d messages of identity %s (%s, %s): a provider id collision",
+			st.ProviderID, len(byPID), st.Identity, byPID[0].ID, byPID[1].ID)
+	case len(byPID) == 1:
+		r := &byPID[0]
+		if st.CallbackRef != "" && st.CallbackRef != r.ID {
+			return nil, false, fmt.Sprintf("provider id %s names message %s but the reference names %s", st.ProviderID, r.ID, st.CallbackRef)
+		}
+		if recipientDiffers(r) {
+			return nil, false, fmt.Sprintf("message %s was sent to another recipient than the status names", r.ID)
+		}
+		return r, false, ""
+	case ref == nil:
+		return nil, false, ""
+	case ref.Identity != st.Identity:
+		return nil, false, fmt.Sprintf("the reference names message %s of identity %s, but the status came through %s",
+			ref.ID, ref.Identity, orNone(st.Identity))
+	case ref.ProviderID != "" && st.ProviderID != "" && ref.ProviderID != st.ProviderID:
+		return nil, false, fmt.Sprintf("the reference names message %s, whose provider id is %s, not %s", ref.ID, ref.ProviderID, st.ProviderID)
+	case recipientDiffers(ref):
+		return nil, false, fmt.Sprintf("message %s was sent to another recipient than the status names", ref.ID)
+	}
+	return ref, true, ""
+}
+
+// digitsOf keeps the digits of a phone number: WhatsApp names recipients
+// by bare digits, rows keep E.164 with the plus.
+func digitsOf(s string) string {
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] >= '0' && s[i] <= '9' {
+			b = append(b, s[i])
+		}
+	}
+	return string(b)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no identity"
+	}
+	return s
+}
+
+// Collision is a row whose provider id another row of its identity has
+// too: rows that shared one before provider ids were unique per identity,
+// or a provider that issued an id twice. Evidence naming the id is set
+// aside as suspect, never applied to either; a person settles the rows
+// (msgq show, msgq resolve). Field names in JSON are a contract.
+type Collision struct {
+	MessageID  string      `json:"message_id"`
+	Identity   string      `json:"identity"`
+	ProviderID string      `json:"provider_id"`
+	State      state.State `json:"state"`
+	CreatedAt  time.Time   `json:"created_at"`
+}
 
 // Inbound is one message a customer sent us. Field names in JSON are a
 // contract (msgq inbox -o json).
@@ -105,7 +205,7 @@ type Inbound struct {
 	Provider string `json:"provider"`
 	Identity string `json:"identity"`
 	// ProviderMessageID is the provider's id of the inbound message;
-	// unique per provider, so a redelivery is a duplicate.
+	// unique per provider and identity, so a redelivery is a duplicate.
 	ProviderMessageID string `json:"provider_message_id"`
 	From              string `json:"from"` // E.164 with the plus
 	Type              string `json:"type"` // the provider's message type (text, button, interactive, ...)
@@ -123,6 +223,103 @@ type Inbound struct {
 	StoredAt   time.Time `json:"stored_at"`   // set by WebhookIngest
 }
 
+// Notice kinds: what a provider said that is about no message in
+// particular.
+const (
+	// NoticeError: an error about the account or number, not a message
+	// (WhatsApp's value.errors, e.g. 130429 or 131031).
+	NoticeError = "error"
+	// NoticeTemplate: a template's review status changed (WhatsApp's
+	// message_template_status_update); PAUSED, DISABLED and REJECTED hold
+	// the queued rows that use it, APPROVED releases them.
+	NoticeTemplate = "template"
+	// NoticeQuality: the number's quality rating or messaging limit
+	// changed (phone_number_quality_update).
+	NoticeQuality = "quality"
+	// NoticeAccount: an account update, review or alert (account_update,
+	// account_review_update, account_alerts, business_capability_update).
+	NoticeAccount = "account"
+	// NoticeUnknown: a webhook field or event type msgq does not
+	// understand; kept, counted and listed, never silently dropped.
+	NoticeUnknown = "unknown"
+)
+
+// Notice is one thing a provider said about an identity rather than a
+// message. Field names in JSON are a contract (msgq webhook notices).
+type Notice struct {
+	ID       string `json:"id"` // set by WebhookIngest
+	EventID  string `json:"event_id"`
+	Provider string `json:"provider"`
+	Identity string `json:"identity"`
+	Kind     string `json:"kind"`  // a Notice* kind
+	Field    string `json:"field"` // the provider's name for it (WhatsApp's change field, the http event type)
+	// Code is an error code (NoticeError); Subject the template's name
+	// (NoticeTemplate) or the number; Lang the template's language; Value
+	// the event (APPROVED, PAUSED, FLAGGED, ...).
+	Code    string `json:"code"`
+	Subject string `json:"subject"`
+	Lang    string `json:"lang"`
+	Value   string `json:"value"`
+	// Detail is the provider's JSON of it, verbatim.
+	Detail string `json:"detail"`
+	// DedupeKey identifies it across redeliveries (the parser's).
+	DedupeKey  string    `json:"dedupe_key"`
+	At         time.Time `json:"at"` // the provider's time, zero when it gave none
+	ReceivedAt time.Time `json:"received_at"`
+	// PauseReason, set by processing when the retry table says the error
+	// is the identity's (a token, a blocked account), pauses the identity
+	// with that reason in the ingest that writes the notice: once, so a
+	// redelivery does not pause again an identity an operator resumed.
+	PauseReason string `json:"-"`
+}
+
+// TemplateHold is a template a provider reported unusable for an
+// identity: its queued rows wait until it is approved again.
+type TemplateHold struct {
+	Identity string    `json:"identity"`
+	Template string    `json:"template"`
+	Lang     string    `json:"lang"`
+	Status   string    `json:"status"` // PAUSED, DISABLED or REJECTED
+	Since    time.Time `json:"since"`  // the provider's time of that status (else when msgq got it)
+	// Held counts the identity's queued rows of that template the hold
+	// has put back (their last_error says so).
+	Held int `json:"held"`
+}
+
+// TemplateHeldError is the last_error of a queued row held because its
+// template was reported paused, disabled or rejected. WebhookIngest
+// writes it on the queued rows when the hold starts, the drain on a row it
+// claims while the hold lasts, and an APPROVED notice releases exactly the
+// rows that carry it (due at once, last_error kept as history of why).
+func TemplateHeldError(template, lang string) string {
+	return TemplateHeldPrefix + template + " (" + lang + ") is held: the provider reported it paused, disabled or rejected"
+}
+
+// TemplateReleasedNote replaces TemplateHeldError on the rows a template
+// notice (status) released.
+func TemplateReleasedNote(template, lang, status string) string {
+	return "template " + template + " (" + lang + ") reported " + status + " again: released"
+}
+
+// TemplateHeldPrefix begins every TemplateHeldError.
+const TemplateHeldPrefix = "template hold: "
+
+// TemplateHoldFor is how long a held row waits before a drain looks at it
+// again (it is released at once when the template is approved).
+const TemplateHoldFor = time.Hour
+
+// HoldsTemplate says whether status (a template status event) holds the
+// template's queued rows, and whether it releases them.
+func HoldsTemplate(status string) (hold, release bool) {
+	switch status {
+	case "PAUSED", "DISABLED", "REJECTED":
+		return true, false
+	case "APPROVED", "REINSTATED":
+		return false, true
+	}
+	return false, false
+}
+
 // IngestParams is what processing read from one stored event.
 //
 // Err, when set, says the event could not be read: it is marked processed
@@ -138,8 +335,14 @@ type IngestParams struct {
 	EventID  string
 	Statuses []StatusEvidence
 	Inbound  []Inbound
-	Err      string
-	Skipped  string
+	// Notices are what the event said about identities, not messages.
+	// A new template notice that holds or releases a template applies
+	// to every identity in TemplateIdentities[notice.Identity] (the
+	// identities on the same provider account), or its own alone.
+	Notices            []Notice
+	TemplateIdentities map[string][]string
+	Err                string
+	Skipped            string
 }
 
 // IngestResult counts what WebhookIngest wrote.
@@ -153,6 +356,11 @@ type IngestResult struct {
 	// neither new nor duplicates, as the provider did not send them again.
 	Reread   int
 	Released int // held rows (WindowHeld) made due by new inbound messages
+	// Notices counts new notices; Paused the identities a new one paused.
+	Notices, Paused int
+	// TemplateHeld and TemplateReleased count queued rows a template
+	// notice held or released.
+	TemplateHeld, TemplateReleased int
 }
 
 // ApplyParams bounds EvidenceApply.
@@ -187,10 +395,13 @@ type ApplyResult struct {
 // InboxParams filters InboxList. Zero values mean "any".
 type InboxParams struct {
 	Unattributed bool
-	Identity     string
-	From         string
-	Since        time.Time // received at or after
-	Limit        int       // 0: DefaultListLimit
+	// MessageID keeps the inbound messages linked to that row (replies,
+	// reactions).
+	MessageID string
+	Identity  string
+	From      string
+	Since     time.Time // received at or after
+	Limit     int       // 0: DefaultListLimit
 }
 
 // WebhookStats are the evidence figures Stats reports.
@@ -209,6 +420,20 @@ type WebhookStats struct {
 	// were not), whose bodies wait for a person (or a fixed parser and a
 	// WebhookRetry). WebhookPurge never drops them.
 	UnreadableWebhooks int `json:"unreadable_webhooks"`
+	// SuspectEvidence counts statuses set aside because they disagree
+	// with the row they name (EvidenceSuspect).
+	SuspectEvidence int `json:"suspect_evidence"`
+	// ProviderIDCollisions counts rows whose provider id another row of
+	// their identity has too (Collision).
+	ProviderIDCollisions int `json:"provider_id_collisions"`
+	// Notices counts what providers said about identities rather than
+	// messages; UnknownNotices those msgq did not understand.
+	Notices        int `json:"notices"`
+	UnknownNotices int `json:"unknown_notices"`
+	// TemplateHolds counts templates reported unusable; TemplateHeldRows
+	// the queued rows they hold.
+	TemplateHolds    int `json:"template_holds"`
+	TemplateHeldRows int `json:"template_held_rows"`
 }
 
 // WebhookPurged counts what WebhookPurge dropped (with DryRun: would drop).
@@ -269,10 +494,26 @@ type Evidence interface {
 	// the text goes out as soon as a drain claims it rather than after the
 	// hold. That is scheduling, not a state change (as PaceDefer): no
 	// transition, no history. A duplicate releases nothing.
+	//
+	// Notices are written too, deduplicated by (provider, identity,
+	// DedupeKey) and counted as statuses are. A new one with a
+	// PauseReason pauses its identity (as IdentityPause). A new template
+	// notice whose status holds or releases (HoldsTemplate) records that
+	// status, as of the notice's At, for each of its identities
+	// (TemplateIdentities), unless a later status is recorded (Meta's
+	// order is not guaranteed: a stale notice changes nothing). A hold
+	// puts back their queued rows of that template and language
+	// (last_error TemplateHeldError, next_attempt_at at least
+	// TemplateHoldFor away); a release makes exactly the rows carrying
+	// TemplateHeldError due now (last_error TemplateReleasedNote).
+	// Scheduling again: no transition, no history.
 	WebhookIngest(ctx context.Context, ps []IngestParams) (*IngestResult, error)
 
-	// EvidenceApply matches pending statuses to rows (by provider_id, or
-	// by CallbackRef naming a row whose provider_id is empty or equal),
+	// EvidenceApply matches pending statuses to rows within their
+	// identity (MatchStatus: by (identity, provider_id), or by
+	// CallbackRef naming a row of that identity whose provider_id is
+	// empty or equal); a status that disagrees with the row it names is
+	// set aside as EvidenceSuspect, with why, and never applied. It goes
 	// oldest provider timestamp first, and applies each through
 	// state.Transition (event Evidence, source webhook) in its own
 	// conditional write with a history row: forward only, a stale status
@@ -288,6 +529,15 @@ type Evidence interface {
 	// to it), oldest first, or, with id "", the parked ones.
 	EvidenceList(ctx context.Context, id string, limit int) ([]StatusEvidence, error)
 
+	// EvidenceSuspects returns up to limit (0: DefaultListLimit) statuses
+	// set aside as suspect, oldest received first.
+	EvidenceSuspects(ctx context.Context, limit int) ([]StatusEvidence, error)
+
+	// ProviderIDCollisions returns up to limit (0: DefaultListLimit) rows
+	// whose provider id another row of their identity has too, by
+	// identity and provider id.
+	ProviderIDCollisions(ctx context.Context, limit int) ([]Collision, error)
+
 	// InboxList returns inbound messages matching p, newest first.
 	InboxList(ctx context.Context, p *InboxParams) ([]Inbound, error)
 
@@ -295,6 +545,14 @@ type Evidence interface {
 	// recipient (E.164), or the zero time when never: the
 	// customer-service window is open until that time plus its length.
 	ServiceWindow(ctx context.Context, identity, recipient string) (time.Time, error)
+
+	// NoticeList returns up to limit (0: DefaultListLimit) notices, newest
+	// received first; with kind set, of that kind only.
+	NoticeList(ctx context.Context, kind string, limit int) ([]Notice, error)
+
+	// TemplateHolds returns the templates currently held (their latest
+	// status holds), by identity.
+	TemplateHolds(ctx context.Context) ([]TemplateHold, error)
 
 	// WebhookStats returns the evidence figures.
 	WebhookStats(ctx context.Context) (*WebhookStats, error)

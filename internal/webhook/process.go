@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/provider/whatsapp"
+	"github.com/msgq/msgq/internal/retry"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/webhook/payload"
 )
@@ -24,6 +27,11 @@ type Processor struct {
 	// that statuses and inbound messages are filed under the identity
 	// they came through.
 	PhoneNumberIDs map[string]string
+	// TemplateIdentities maps an identity to the identities on the same
+	// provider account (the same app secret), itself included: a
+	// template's status is the account's, so a hold applies to all of
+	// them. nil: each identity alone.
+	TemplateIdentities map[string][]string
 	// Batch is how many deliveries one ingest takes (0: 256).
 	Batch int
 	// RetryDelays are the waits before a delivery the store refused is
@@ -45,10 +53,21 @@ type Summary struct {
 	Duplicates int `json:"duplicates"`
 	// Released counts held free-form texts made due at once because their
 	// customer wrote (the window opened).
-	Released   int `json:"released"`
-	Applied    int `json:"applied"`
-	Recorded   int `json:"recorded"`
-	Refused    int `json:"refused"`
+	Released int `json:"released"`
+	// Notices counts new notices (account errors, template status, ...);
+	// PausedIdentities the identities their errors paused; TemplateHeld
+	// and TemplateReleased the queued rows template notices held and
+	// released.
+	Notices          int `json:"notices"`
+	PausedIdentities int `json:"paused_identities"`
+	TemplateHeld     int `json:"template_held"`
+	TemplateReleased int `json:"template_released"`
+	Applied          int `json:"applied"`
+	Recorded         int `json:"recorded"`
+	Refused          int `json:"refused"`
+	// Suspect counts statuses set aside because they disagree with the
+	// row they name (msgq webhook suspect).
+	Suspect    int `json:"suspect"`
 	Attributed int `json:"attributed"`
 	Parked     int `json:"parked"`
 	// Changes lists what happened to rows, in order.
@@ -62,9 +81,14 @@ func (s *Summary) add(o Summary) {
 	s.Inbound += o.Inbound
 	s.Duplicates += o.Duplicates
 	s.Released += o.Released
+	s.Notices += o.Notices
+	s.PausedIdentities += o.PausedIdentities
+	s.TemplateHeld += o.TemplateHeld
+	s.TemplateReleased += o.TemplateReleased
 	s.Applied += o.Applied
 	s.Recorded += o.Recorded
 	s.Refused += o.Refused
+	s.Suspect += o.Suspect
 	s.Attributed += o.Attributed
 	s.Parked = o.Parked
 	s.Changes = append(s.Changes, o.Changes...)
@@ -112,7 +136,8 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 		if err != nil {
 			return sum, err
 		}
-		sum.add(Summary{Events: res.Events, Statuses: res.Statuses, Inbound: res.Inbound, Duplicates: res.Duplicates, Released: res.Released})
+		sum.add(Summary{Events: res.Events, Statuses: res.Statuses, Inbound: res.Inbound, Duplicates: res.Duplicates, Released: res.Released,
+			Notices: res.Notices, PausedIdentities: res.Paused, TemplateHeld: res.TemplateHeld, TemplateReleased: res.TemplateReleased})
 		if len(evs) < n {
 			break
 		}
@@ -131,6 +156,9 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 				s.Recorded++
 			case store.EvidenceRefused:
 				s.Refused++
+			case store.EvidenceSuspect:
+				s.Suspect++
+				p.log().Warn("webhook: status set aside as suspect", "evidence", a.EvidenceID, "detail", a.Detail)
 			}
 			p.log().Debug("webhook: status", "id", a.MessageID, "status", a.Status, "from", a.From, "to", a.To, "outcome", a.Outcome)
 		}
@@ -176,6 +204,10 @@ func (p *Processor) ingest(ctx context.Context, ps []store.IngestParams) (res *s
 		total.Inbound += r.Inbound
 		total.Duplicates += r.Duplicates
 		total.Released += r.Released
+		total.Notices += r.Notices
+		total.Paused += r.Paused
+		total.TemplateHeld += r.TemplateHeld
+		total.TemplateReleased += r.TemplateReleased
 	}
 	return total, marked, nil
 }
@@ -238,11 +270,41 @@ func (p *Processor) read(ev *store.WebhookEvent) store.IngestParams {
 	for _, s := range b.Statuses {
 		e := s.StatusEvidence
 		e.EventID, e.Identity = ev.ID, p.identity(ev, s.PhoneNumberID)
+		if p.unknownNumber(ev, s.PhoneNumberID) {
+			// About a number msgq does not send for (another system's,
+			// on the same app): matching it under the identity whose
+			// secret verified the delivery could move a row of that
+			// identity that happens to share the id.
+			e.Suspect = "phone_number_id " + s.PhoneNumberID + " is no configured identity's"
+		}
 		out.Statuses = append(out.Statuses, e)
 	}
+	for _, n := range b.Notices {
+		nt := n.Notice
+		nt.EventID, nt.Identity = ev.ID, p.identity(ev, n.PhoneNumberID)
+		if nt.Kind == store.NoticeError && ev.Provider == store.WebhookWhatsApp && !p.unknownNumber(ev, n.PhoneNumberID) {
+			// The retry table decides, as for a send's answer: an error
+			// of the identity's (a token, a locked account) pauses it.
+			if c, err := strconv.ParseInt(nt.Code, 10, 64); err == nil {
+				if class, _, _ := whatsapp.CodeClass(c); class == retry.Identity {
+					nt.PauseReason = fmt.Sprintf("%s (webhook, code %s): %s", retry.Identity, nt.Code, nt.Value)
+				}
+			}
+		}
+		p.log().Info("webhook: notice", "event", ev.ID, "identity", nt.Identity, "kind", nt.Kind, "field", nt.Field,
+			"code", nt.Code, "subject", nt.Subject, "value", nt.Value)
+		out.Notices = append(out.Notices, nt)
+	}
+	out.TemplateIdentities = p.TemplateIdentities
 	for _, m := range b.Inbound {
 		in := m.Inbound
 		in.EventID, in.Identity = ev.ID, p.identity(ev, m.PhoneNumberID)
+		if p.unknownNumber(ev, m.PhoneNumberID) {
+			// Written to a number no identity has: kept and listed under
+			// that number, never linked to a row of the identity whose
+			// secret verified the delivery, nor opening its window.
+			in.Identity = "whatsapp:" + m.PhoneNumberID
+		}
 		p.log().Debug("webhook: inbound", "event", ev.ID, "from", phone.Mask(in.From), "type", in.Type)
 		out.Inbound = append(out.Inbound, in)
 	}
@@ -257,6 +319,17 @@ func (p *Processor) identity(ev *store.WebhookEvent, phoneNumberID string) strin
 		return id
 	}
 	return ev.Identity
+}
+
+// unknownNumber says a WhatsApp item names a phone_number_id that no
+// configured identity has (with none configured at all, as for a replay
+// into a store without identities, nothing is unknown).
+func (p *Processor) unknownNumber(ev *store.WebhookEvent, phoneNumberID string) bool {
+	if ev.Provider != store.WebhookWhatsApp || phoneNumberID == "" || len(p.PhoneNumberIDs) == 0 {
+		return false
+	}
+	_, ok := p.PhoneNumberIDs[phoneNumberID]
+	return !ok
 }
 
 // Run processes until ctx ends: at once when woken (a delivery was

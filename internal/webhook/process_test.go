@@ -145,3 +145,46 @@ func TestAPassingStoreErrorMarksNothing(t *testing.T) {
 		t.Fatalf("after two passing errors: %s with %d unreadable, want delivered and none", m.State, sum.Unreadable)
 	}
 }
+
+// TestEvidenceThroughANumberNoIdentityHasIsNotPutDownToAnother: a
+// delivery verified by shop's app secret names another phone_number_id
+// (a number of the same app that msgq does not send for). Its status is
+// set aside as suspect and its reply is listed under that number: neither
+// may land on shop's row that happens to have the same wamid.
+func TestEvidenceThroughANumberNoIdentityHasIsNotPutDownToAnother(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "msgq.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	id := sentRow(t, st, "k1", "wamid.SAME")
+	other := "999000111222333"
+	body := []byte(`{"object":"whatsapp_business_account","entry":[{"id":"1","changes":[{"field":"messages","value":` +
+		`{"messaging_product":"whatsapp","metadata":{"phone_number_id":"` + other + `"},` +
+		`"statuses":[{"id":"wamid.SAME","status":"read","timestamp":"1764410400","recipient_id":"15551234567"}],` +
+		`"messages":[{"from":"15551234567","id":"wamid.IN","timestamp":"1764410401","type":"text","text":{"body":"hi"},"context":{"id":"wamid.SAME"}}]}}]}]}`)
+	if err := st.WebhookStore(ctx, []store.WebhookEvent{{Provider: store.WebhookWhatsApp, Identity: "shop", Body: body}}); err != nil {
+		t.Fatal(err)
+	}
+	p := &webhook.Processor{Store: st, PhoneNumberIDs: map[string]string{phoneID: "shop"}}
+	sum, err := p.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Applied != 0 || sum.Statuses != 1 || sum.Inbound != 1 {
+		t.Errorf("summary %+v", sum)
+	}
+	m, err := st.MessageGet(ctx, "", id)
+	if err != nil || m.State != state.Sent {
+		t.Fatalf("shop's row is %v (%v), want still sent", m.State, err)
+	}
+	sus, err := st.EvidenceSuspects(ctx, 0)
+	if err != nil || len(sus) != 1 || sus[0].Suspect == "" {
+		t.Errorf("suspects %+v (%v)", sus, err)
+	}
+	box, err := st.InboxList(ctx, &store.InboxParams{})
+	if err != nil || len(box) != 1 || box[0].MessageID != nil || box[0].Identity != "whatsapp:"+other {
+		t.Errorf("inbox %+v (%v)", box, err)
+	}
+}

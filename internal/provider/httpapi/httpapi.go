@@ -299,6 +299,7 @@ func (c *Client) classify(resp *http.Response, body []byte) provider.Result {
 	}
 	res.Class = classifyError(status, res.Code, retryable)
 	res.RecipientOnly = res.Class == retry.RateLimited && res.Code == CodePairRateLimited
+	res.WindowClosed = res.Code == CodeWindowClosed
 	return res
 }
 

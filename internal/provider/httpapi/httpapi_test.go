@@ -186,7 +186,7 @@ func TestSendAnswers(t *testing.T) {
 		{"retryable false on a 429 is permanent", 429, nil, `{"error":{"code":"quota_gone","retryable":false}}`,
 			provider.Result{Class: retry.Permanent, HTTPStatus: 429, Code: "quota_gone"}},
 		{"window_closed is permanent", 422, nil, `{"error":{"code":"window_closed","message":"24h window closed"}}`,
-			provider.Result{Class: retry.Permanent, HTTPStatus: 422, Code: "window_closed"}},
+			provider.Result{Class: retry.Permanent, HTTPStatus: 422, Code: "window_closed", WindowClosed: true}},
 		{"consent_required on a 403 is permanent, not identity", 403, nil,
 			`{"error":{"code":"consent_required","retryable":false}}`,
 			provider.Result{Class: retry.Permanent, HTTPStatus: 403, Code: "consent_required"}},

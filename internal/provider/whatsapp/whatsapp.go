@@ -302,6 +302,7 @@ func classify(status int, retryAfter time.Duration, body []byte) provider.Result
 		res.Class = class
 		res.RetryAfter = max(retryAfter, delay)
 		res.RecipientOnly = res.Code == "131056"
+		res.WindowClosed = res.Code == "131047"
 		return res
 	}
 

@@ -219,7 +219,8 @@ func TestSendClassifiesEveryDocumentedCode(t *testing.T) {
 					res := f.client(t).Send(context.Background(), templateMessage())
 					want := provider.Result{Class: row.class, HTTPStatus: status, Code: fmt.Sprint(code),
 						Subcode: "2494010", RawError: body, RetryAfter: row.delay,
-						RecipientOnly: code == 131056} // the pair limit slows that recipient only
+						RecipientOnly: code == 131056, // the pair limit slows that recipient only
+						WindowClosed:  code == 131047} // a text refused: a fallback template may go
 					if res != want {
 						t.Errorf("Send =\n %+v\nwant\n %+v", res, want)
 					}

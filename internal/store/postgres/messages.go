@@ -798,6 +798,9 @@ const transitionSQL = `WITH x AS (
 		lease_until = CASE WHEN v.clear_lease THEN NULL ELSE m.lease_until END,
 		next_attempt_at = coalesce(v.next_at, m.next_attempt_at),
 		provider_id = CASE WHEN v.provider_id <> '' THEN v.provider_id ELSE m.provider_id END,
+		provider_id_collision = CASE WHEN v.provider_id = '' THEN m.provider_id_collision
+			WHEN EXISTS (SELECT 1 FROM messages y WHERE y.identity = m.identity AND y.provider_id = v.provider_id
+				AND y.provider_id <> '' AND y.id <> m.id) THEN m.id ELSE '' END,
 		maybe_sent = m.maybe_sent OR v.maybe_sent,
 		attempts = CASE WHEN v.no_call THEN greatest(m.attempts - 1, 0) ELSE m.attempts END,
 		last_error = CASE WHEN v.last_error <> '' THEN v.last_error ELSE m.last_error END,
@@ -806,6 +809,14 @@ const transitionSQL = `WITH x AS (
 	WHERE m.id = v.id AND m.state = v.from_state
 		AND (v.owner = '' OR (m.lease_owner = v.owner AND (v.lease_until IS NULL OR m.lease_until = v.lease_until)))
 	RETURNING m.id
+), c AS (
+	-- A provider id another row of the identity has already (a provider
+	-- that issued it twice) marks that row too: see migration 0007.
+	UPDATE messages o SET provider_id_collision = o.id
+	FROM v JOIN messages vm ON vm.id = v.id
+	WHERE v.provider_id <> '' AND o.identity = vm.identity AND o.provider_id = v.provider_id AND o.provider_id <> ''
+		AND o.id <> v.id AND o.provider_id_collision = ''
+		AND (v.owner = '' OR vm.lease_owner = v.owner) AND vm.state = v.from_state
 ), h AS (
 	INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
 	SELECT v.id, v.from_state, v.to_state, v.reason, v.event, v.applied, v.source, v.detail, v.at,
@@ -949,7 +960,13 @@ func queueTransition(b *pgx.Batch, p *store.TransitionParams, res state.Result, 
 		}
 	}
 	if p.ProviderID != "" {
-		set = append(set, "provider_id = "+arg(p.ProviderID))
+		// A provider id another row of the identity has already marks
+		// both rows as a collision instead of refusing the record of an
+		// accepted send (see migration 0007); the statement after the
+		// update marks the other.
+		a := arg(p.ProviderID)
+		set = append(set, "provider_id = "+a, "provider_id_collision = CASE WHEN EXISTS (SELECT 1 FROM messages y "+
+			"WHERE y.identity = messages.identity AND y.provider_id = "+a+" AND y.provider_id <> '' AND y.id <> messages.id) THEN id ELSE '' END")
 	}
 	if p.MaybeSent {
 		set = append(set, "maybe_sent = true")
@@ -970,6 +987,10 @@ func queueTransition(b *pgx.Batch, p *store.TransitionParams, res state.Result, 
 	// whole instead of using the key.
 	q := "UPDATE messages SET " + strings.Join(set, ", ") + " WHERE id = " + arg(p.ID)
 	b.Queue(q, args...)
+	if p.ProviderID != "" {
+		b.Queue("UPDATE messages o SET provider_id_collision = o.id FROM messages m WHERE m.id = $1 AND o.identity = m.identity "+
+			"AND o.provider_id = $2 AND o.provider_id <> '' AND o.id <> m.id AND o.provider_id_collision = ''", p.ID, p.ProviderID)
+	}
 	b.Queue("INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
 		"SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
 		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), res.Applied, p.Source, p.Detail, now)

@@ -183,27 +183,31 @@ func (s *Store) WebhookRetry(ctx context.Context, id string) error {
 // turns a redelivery (also one within the batch) into no row, and the
 // returned ids say which were new.
 const insertEvidenceSQL = `INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at,
-	callback_ref, error_code, error, received_at)
+	callback_ref, error_code, error, received_at, recipient, suspect, outcome)
 SELECT v.id, v.event_id, v.provider, v.identity, v.dedupe_key, v.provider_id, v.status, v.at, v.callback_ref,
-	v.error_code, v.error, v.received_at
+	v.error_code, v.error, v.received_at, v.recipient, v.suspect, CASE WHEN v.suspect <> '' THEN 'suspect' ELSE '' END
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[],
-	$9::text[], $10::text[], $11::text[], $12::timestamptz[]) WITH ORDINALITY
-	AS v(id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref, error_code, error, received_at, ord)
+	$9::text[], $10::text[], $11::text[], $12::timestamptz[], $13::text[], $14::text[]) WITH ORDINALITY
+	AS v(id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref, error_code, error, received_at,
+		recipient, suspect, ord)
 ORDER BY v.ord
-ON CONFLICT (provider, dedupe_key) DO NOTHING RETURNING id`
+ON CONFLICT (provider, identity, dedupe_key) DO NOTHING RETURNING id`
 
 // insertInboundSQL writes new inbound messages, each linked to the row
-// whose provider id is its reply context.
+// its reply context names: the one row of its identity with that
+// provider id (none when two share it: a collision is for a person),
+// sent to the one who wrote when the message names them.
 const insertInboundSQL = `INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text,
 	reply_id, reply_title, context_id, message_id, received_at, stored_at)
 SELECT v.id, v.event_id, v.provider, v.identity, v.pmid, v.sender, v.type, v.text, v.reply_id, v.reply_title, v.context_id,
-	(SELECT m.id FROM messages m WHERE m.provider_id = v.context_id AND m.provider_id <> '' ORDER BY m.id LIMIT 1),
+	(SELECT CASE WHEN count(*) = 1 THEN min(m.id) END FROM messages m WHERE m.identity = v.identity AND m.provider_id = v.context_id
+		AND m.provider_id <> '' AND (v.sender = '' OR m.recipient = v.sender)),
 	v.received_at, $13
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[],
 	$10::text[], $11::text[], $12::timestamptz[]) WITH ORDINALITY
 	AS v(id, event_id, provider, identity, pmid, sender, type, text, reply_id, reply_title, context_id, received_at, ord)
 ORDER BY v.ord
-ON CONFLICT (provider, provider_message_id) DO NOTHING RETURNING id, message_id`
+ON CONFLICT (provider, identity, provider_message_id) DO NOTHING RETURNING id, message_id`
 
 const windowSQL = `INSERT INTO service_windows (identity, recipient, last_inbound_at)
 SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
@@ -283,6 +287,9 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 				in.ReceivedAt = in.ReceivedAt.UTC().Truncate(store.Resolution)
 				ins = append(ins, in)
 			}
+			if err := s.ingestNotices(ctx, tx, p, ev, received, res); err != nil {
+				return err
+			}
 		}
 		if err := s.insertStatuses(ctx, tx, sts, now, res); err != nil {
 			return err
@@ -354,10 +361,13 @@ func (s *Store) insertStatuses(ctx context.Context, tx pgx.Tx, sts []*store.Stat
 		if order[i].Provider != order[j].Provider {
 			return order[i].Provider < order[j].Provider
 		}
+		if order[i].Identity != order[j].Identity {
+			return order[i].Identity < order[j].Identity
+		}
 		return order[i].DedupeKey < order[j].DedupeKey
 	})
 	n := len(order)
-	cols := make([][]string, 10)
+	cols := make([][]string, 12)
 	for c := range cols {
 		cols[c] = make([]string, n)
 	}
@@ -367,13 +377,13 @@ func (s *Store) insertStatuses(ctx context.Context, tx pgx.Tx, sts []*store.Stat
 		id := s.ids.New(now)
 		byID[id] = st
 		for c, v := range []string{id, st.EventID, st.Provider, st.Identity, st.DedupeKey, st.ProviderID, string(st.Status),
-			st.CallbackRef, st.ErrorCode, st.Error} {
+			st.CallbackRef, st.ErrorCode, st.Error, st.Recipient, st.Suspect} {
 			cols[c][i] = v
 		}
 		ats[i], recv[i] = st.At, st.ReceivedAt
 	}
 	rs, err := tx.Query(ctx, insertEvidenceSQL, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], ats,
-		cols[7], cols[8], cols[9], recv)
+		cols[7], cols[8], cols[9], recv, cols[10], cols[11])
 	if err != nil {
 		return fmt.Errorf("postgres: ingest status: %w", err)
 	}
@@ -389,13 +399,14 @@ func (s *Store) insertStatuses(ctx context.Context, tx pgx.Tx, sts []*store.Stat
 	if len(ids) == n {
 		return nil
 	}
-	var providers, keys, events []string
+	var providers, identities, keys, events []string
 	for _, st := range order {
 		if st.ID == "" {
-			providers, keys, events = append(providers, st.Provider), append(keys, st.DedupeKey), append(events, st.EventID)
+			providers, identities = append(providers, st.Provider), append(identities, st.Identity)
+			keys, events = append(keys, st.DedupeKey), append(events, st.EventID)
 		}
 	}
-	reread, err := rereads(ctx, tx, rereadEvidenceSQL, providers, keys, events, fresh)
+	reread, err := rereads(ctx, tx, rereadEvidenceSQL, providers, identities, keys, events, fresh)
 	if err != nil {
 		return fmt.Errorf("postgres: ingest status: %w", err)
 	}
@@ -405,25 +416,25 @@ func (s *Store) insertStatuses(ctx context.Context, tx pgx.Tx, sts []*store.Stat
 }
 
 // rereadEvidenceSQL and rereadInboundSQL find, for items the unique index
-// refused (by provider and key), the row holding each key and the event
+// refused (by provider, identity and key), the row holding each key and the event
 // that wrote it. After the INSERT that refused them, under read committed,
 // each such row is committed or this transaction's own. The LIMIT keeps
 // each lookup a probe of the unique index (a subquery with one is not
 // flattened into a join), so that the planner cannot choose to hash the
 // whole table instead.
 const (
-	rereadEvidenceSQL = `SELECT v.ord, x.id, x.event_id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS v(provider, k, ord)
-CROSS JOIN LATERAL (SELECT e.id, e.event_id FROM evidence e WHERE e.provider = v.provider AND e.dedupe_key = v.k LIMIT 1) x`
-	rereadInboundSQL = `SELECT v.ord, x.id, x.event_id FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS v(provider, k, ord)
-CROSS JOIN LATERAL (SELECT i.id, i.event_id FROM inbound i WHERE i.provider = v.provider AND i.provider_message_id = v.k LIMIT 1) x`
+	rereadEvidenceSQL = `SELECT v.ord, x.id, x.event_id FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS v(provider, identity, k, ord)
+CROSS JOIN LATERAL (SELECT e.id, e.event_id FROM evidence e WHERE e.provider = v.provider AND e.identity = v.identity AND e.dedupe_key = v.k LIMIT 1) x`
+	rereadInboundSQL = `SELECT v.ord, x.id, x.event_id FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS v(provider, identity, k, ord)
+CROSS JOIN LATERAL (SELECT i.id, i.event_id FROM inbound i WHERE i.provider = v.provider AND i.identity = v.identity AND i.provider_message_id = v.k LIMIT 1) x`
 )
 
-// rereads counts the refused items (providers[i], keys[i], of event
+// rereads counts the refused items (providers[i], identities[i], keys[i], of event
 // events[i]) whose key is held by a row an earlier processing of the same
 // event wrote: rereads, not duplicates. A row this statement wrote (fresh)
 // makes its item a duplicate within the call.
-func rereads(ctx context.Context, tx pgx.Tx, q string, providers, keys, events []string, fresh map[string]bool) (int, error) {
-	rs, err := tx.Query(ctx, q, providers, keys)
+func rereads(ctx context.Context, tx pgx.Tx, q string, providers, identities, keys, events []string, fresh map[string]bool) (int, error) {
+	rs, err := tx.Query(ctx, q, providers, identities, keys)
 	if err != nil {
 		return 0, err
 	}
@@ -453,6 +464,9 @@ func (s *Store) insertInbound(ctx context.Context, tx pgx.Tx, ins []*store.Inbou
 	sort.SliceStable(order, func(i, j int) bool {
 		if order[i].Provider != order[j].Provider {
 			return order[i].Provider < order[j].Provider
+		}
+		if order[i].Identity != order[j].Identity {
+			return order[i].Identity < order[j].Identity
 		}
 		return order[i].ProviderMessageID < order[j].ProviderMessageID
 	})
@@ -504,13 +518,14 @@ func (s *Store) insertInbound(ctx context.Context, tx pgx.Tx, ins []*store.Inbou
 		for _, r := range news {
 			fresh[r.id], written[byID[r.id]] = true, true
 		}
-		var providers, keys, events []string
+		var providers, identities, keys, events []string
 		for _, in := range order {
 			if !written[in] {
-				providers, keys, events = append(providers, in.Provider), append(keys, in.ProviderMessageID), append(events, in.EventID)
+				providers, identities = append(providers, in.Provider), append(identities, in.Identity)
+				keys, events = append(keys, in.ProviderMessageID), append(events, in.EventID)
 			}
 		}
-		reread, err := rereads(ctx, tx, rereadInboundSQL, providers, keys, events, fresh)
+		reread, err := rereads(ctx, tx, rereadInboundSQL, providers, identities, keys, events, fresh)
 		if err != nil {
 			return fmt.Errorf("postgres: ingest inbound: %w", err)
 		}
@@ -572,7 +587,7 @@ func (s *Store) insertInbound(ctx context.Context, tx pgx.Tx, ins []*store.Inbou
 }
 
 const evidenceCols = `id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref,
-	error_code, error, message_id, outcome, received_at, applied_at`
+	error_code, error, message_id, outcome, received_at, applied_at, recipient, suspect`
 
 func scanEvidence(row pgx.Row, extra ...any) (*store.StatusEvidence, error) {
 	var (
@@ -581,7 +596,7 @@ func scanEvidence(row pgx.Row, extra ...any) (*store.StatusEvidence, error) {
 		applied *time.Time
 	)
 	dest := []any{&st.ID, &st.EventID, &st.Provider, &st.Identity, &st.DedupeKey, &st.ProviderID, &status, &st.At,
-		&st.CallbackRef, &st.ErrorCode, &st.Error, &st.MessageID, &st.Outcome, &st.ReceivedAt, &applied}
+		&st.CallbackRef, &st.ErrorCode, &st.Error, &st.MessageID, &st.Outcome, &st.ReceivedAt, &applied, &st.Recipient, &st.Suspect}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
@@ -592,30 +607,35 @@ func scanEvidence(row pgx.Row, extra ...any) (*store.StatusEvidence, error) {
 // defaultApplyLimit bounds an EvidenceApply without a limit.
 const defaultApplyLimit = 1000
 
-// applyCandidatesSQL takes pending statuses that have a row to go to (by
-// provider id, else by callback reference) whose drain holds no live
-// lease, oldest provider timestamp first, locking them so that
-// concurrent runs share the work instead of repeating it. Parked
-// statuses are passed over here rather than after the LIMIT: a backlog
-// of statuses no row will ever claim (another system's sends on a shared
-// number) must not starve new ones. $3 are statuses this run already
-// left pending (its own locks do not make SKIP LOCKED pass them over).
-var applyCandidatesSQL = `SELECT ` + qualified("e", evidenceCols) + `, c.id, c.by_ref
+// applyCandidatesSQL takes pending statuses that name a row (by provider
+// id within their identity, or by callback reference) that no drain holds
+// a live lease of, oldest provider timestamp first, locking them so that
+// concurrent runs share the work instead of repeating it; applyBatch
+// decides each (store.MatchStatus), which may set it aside as suspect.
+// Parked statuses are passed over here rather than after the LIMIT: a
+// backlog of statuses no row will ever claim (another system's sends on a
+// shared number) must not starve new ones. $3 are statuses this run
+// already left pending (its own locks do not make SKIP LOCKED pass them
+// over).
+var applyCandidatesSQL = `SELECT ` + qualified("e", evidenceCols) + `
 FROM evidence e
-CROSS JOIN LATERAL (
-	SELECT u.id, u.by_ref FROM (
-		(SELECT x.id, false AS by_ref FROM messages x
-			WHERE e.provider_id <> '' AND x.provider_id = e.provider_id AND x.provider_id <> '' ORDER BY x.id LIMIT 1)
-		UNION ALL
-		(SELECT x.id, true FROM messages x
-			WHERE e.callback_ref <> '' AND x.id = e.callback_ref AND (x.provider_id = '' OR e.provider_id = '' OR x.provider_id = e.provider_id))
-	) u ORDER BY u.by_ref LIMIT 1
-) c
-JOIN messages m ON m.id = c.id
-WHERE e.outcome = '' AND e.id <> ALL($3::text[]) AND NOT (m.state = 'sending' AND coalesce(m.lease_until > $1, false))
+WHERE e.outcome = '' AND e.id <> ALL($3::text[]) AND (
+	(e.provider_id <> '' AND EXISTS (SELECT 1 FROM messages x WHERE x.identity = e.identity AND x.provider_id = e.provider_id
+		AND x.provider_id <> '' AND NOT (x.state = 'sending' AND coalesce(x.lease_until > $1, false))))
+	OR (e.callback_ref <> '' AND EXISTS (SELECT 1 FROM messages x WHERE x.id = e.callback_ref
+		AND NOT (x.state = 'sending' AND coalesce(x.lease_until > $1, false)))))
 ORDER BY e.at, e.id
 LIMIT $2
 FOR UPDATE OF e SKIP LOCKED`
+
+// matchRowsSQL finds the rows each candidate could be about: those of its
+// identity with its provider id (two at most are needed to see a
+// collision), and the one its callback reference names.
+const matchRowsSQL = `SELECT v.ord, x.id, false FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS v(identity, pid, ord)
+CROSS JOIN LATERAL (SELECT m.id FROM messages m WHERE v.pid <> '' AND m.identity = v.identity AND m.provider_id = v.pid
+	AND m.provider_id <> '' ORDER BY m.id LIMIT 2) x
+UNION ALL
+SELECT v.ord, m.id, true FROM unnest($3::text[]) WITH ORDINALITY AS v(ref, ord) JOIN messages m ON m.id = v.ref AND v.ref <> ''`
 
 // qualified prefixes each of a list of columns with a table alias.
 func qualified(alias, cols string) string {
@@ -628,15 +648,16 @@ func qualified(alias, cols string) string {
 
 type candidate struct {
 	st    *store.StatusEvidence
-	msgID string
-	byRef bool
+	byPID []string // rows of its identity with its provider id
+	ref   string   // the row its callback reference names, if any
 }
 
 // lockedRow is what applying evidence reads of a row under its lock.
 type lockedRow struct {
-	state      state.State
-	leaseUntil *time.Time
-	providerID string
+	identity, recipient string
+	state               state.State
+	leaseUntil          *time.Time
+	providerID          string
 }
 
 // EvidenceApply applies pending statuses whose rows are known, as one
@@ -693,11 +714,13 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 }
 
 // attributeCandidatesSQL finds unattributed replies whose context has
-// become a row's provider id. The lookup is a scalar subquery, one index
+// become the provider id of one row of their identity (sent to the one
+// who wrote, when the reply names them). The lookup is a scalar subquery, one index
 // probe per waiting reply, so that the planner cannot choose to walk every
 // sent row's provider id (a merge join) instead.
 const attributeCandidatesSQL = `SELECT id, mid FROM (
-	SELECT u.id, (SELECT m.id FROM messages m WHERE m.provider_id = u.context_id AND m.provider_id <> '' ORDER BY m.id LIMIT 1) AS mid
+	SELECT u.id, (SELECT CASE WHEN count(*) = 1 THEN min(m.id) END FROM messages m WHERE m.identity = u.identity
+		AND m.provider_id = u.context_id AND m.provider_id <> '' AND (u.sender = '' OR m.recipient = u.sender)) AS mid
 	FROM inbound u WHERE u.message_id IS NULL AND u.context_id <> '') l
 WHERE mid IS NOT NULL`
 
@@ -739,57 +762,116 @@ func applyCandidates(ctx context.Context, tx pgx.Tx, now time.Time, limit int, s
 	if err != nil {
 		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
 	}
-	defer rs.Close()
 	var out []candidate
 	for rs.Next() {
-		var c candidate
-		st, err := scanEvidence(rs, &c.msgID, &c.byRef)
+		st, err := scanEvidence(rs)
 		if err != nil {
+			rs.Close()
 			return nil, fmt.Errorf("postgres: apply evidence: %w", err)
 		}
-		c.st = st
-		out = append(out, c)
+		out = append(out, candidate{st: st})
 	}
+	rs.Close()
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	identities, pids, refs := make([]string, len(out)), make([]string, len(out)), make([]string, len(out))
+	for i, c := range out {
+		identities[i], pids[i], refs[i] = c.st.Identity, c.st.ProviderID, c.st.CallbackRef
+	}
+	mr, err := tx.Query(ctx, matchRowsSQL, identities, pids, refs)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: apply evidence: match: %w", err)
+	}
+	defer mr.Close()
+	for mr.Next() {
+		var (
+			ord   int64
+			id    string
+			byRef bool
+		)
+		if err := mr.Scan(&ord, &id, &byRef); err != nil {
+			return nil, fmt.Errorf("postgres: apply evidence: match: %w", err)
+		}
+		c := &out[ord-1]
+		if byRef {
+			c.ref = id
+		} else {
+			c.byPID = append(c.byPID, id)
+		}
+	}
+	if err := mr.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: apply evidence: match: %w", err)
 	}
 	return out, nil
 }
 
 // applyBatch locks the rows of cands, decides each status in order
-// against its row as it stands after the ones before, and writes the
-// transitions and outcomes. It returns what it applied, the statuses it
-// left pending (their row moved or took a lease since they were
-// chosen), and whether it recorded a provider id on a row.
+// against its rows as they stand after the ones before (store.MatchStatus),
+// and writes the transitions and outcomes, suspects set aside. It returns
+// what it applied, the statuses it left pending (their row moved or took a
+// lease since they were chosen), and whether it recorded a provider id on
+// a row.
 func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, now time.Time) ([]store.AppliedEvidence, []string, bool, error) {
 	ids := make([]string, 0, len(cands))
 	for _, c := range cands {
-		ids = append(ids, c.msgID)
+		ids = append(ids, c.byPID...)
+		if c.ref != "" {
+			ids = append(ids, c.ref)
+		}
 	}
 	rows, err := lockRows(ctx, tx, ids)
 	if err != nil {
 		return nil, nil, false, err
 	}
+	matchRow := func(id string) *store.MatchRow {
+		r := rows[id]
+		if r == nil {
+			return nil
+		}
+		return &store.MatchRow{ID: id, Identity: r.identity, Recipient: r.recipient, ProviderID: r.providerID, State: r.state, LeaseUntil: r.leaseUntil}
+	}
 	var (
 		applied  []store.AppliedEvidence
+		suspects []store.AppliedEvidence
+		whys     []string
 		left     []string
 		ps       []store.TransitionParams
 		recorded bool
 	)
 	for _, c := range cands {
-		st, r := c.st, rows[c.msgID]
-		switch {
-		case r == nil,
-			// The match no longer holds: let the next run match again.
-			!c.byRef && r.providerID != st.ProviderID,
-			c.byRef && r.providerID != "" && st.ProviderID != "" && r.providerID != st.ProviderID,
-			// A drain claimed the row since: it records its own answer.
-			r.state == state.Sending && r.leaseUntil != nil && r.leaseUntil.After(now):
+		st := c.st
+		// As locked: a row whose provider id changed since it was chosen
+		// is no longer one of the status's.
+		var byPID []store.MatchRow
+		for _, id := range c.byPID {
+			if m := matchRow(id); m != nil && m.ProviderID == st.ProviderID && m.Identity == st.Identity {
+				byPID = append(byPID, *m)
+			}
+		}
+		var ref *store.MatchRow
+		if c.ref != "" {
+			ref = matchRow(c.ref)
+		}
+		m, byRef, suspect := store.MatchStatus(st, byPID, ref)
+		if suspect != "" {
+			suspects = append(suspects, store.AppliedEvidence{EvidenceID: st.ID, ProviderID: st.ProviderID, Status: st.Status,
+				Outcome: store.EvidenceSuspect, Detail: st.HistoryDetail() + ": set aside: " + suspect})
+			whys = append(whys, suspect)
+			continue
+		}
+		if m == nil || (m.State == state.Sending && m.LeaseUntil != nil && m.LeaseUntil.After(now)) {
+			// No row yet, or a drain claimed it since: it records its own
+			// answer; the next run matches again.
 			left = append(left, st.ID)
 			continue
 		}
+		r := rows[m.ID]
 		ev := state.Event{Kind: state.Evidence, Status: st.Status}
-		ae := store.AppliedEvidence{EvidenceID: st.ID, MessageID: c.msgID, ProviderID: st.ProviderID, Status: st.Status,
+		ae := store.AppliedEvidence{EvidenceID: st.ID, MessageID: m.ID, ProviderID: st.ProviderID, Status: st.Status,
 			From: r.state, To: r.state, Detail: st.HistoryDetail()}
 		res, err := state.Transition(r.state, ev)
 		var refused *state.RefusedError
@@ -800,8 +882,8 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 		case err != nil:
 			return nil, nil, false, fmt.Errorf("postgres: apply evidence: %w", err)
 		default:
-			tp := store.TransitionParams{ID: c.msgID, From: r.state, Event: ev, Source: store.SourceWebhook, Detail: ae.Detail, Now: now}
-			if c.byRef && r.providerID == "" && st.ProviderID != "" {
+			tp := store.TransitionParams{ID: m.ID, From: r.state, Event: ev, Source: store.SourceWebhook, Detail: ae.Detail, Now: now}
+			if byRef && r.providerID == "" && st.ProviderID != "" {
 				tp.ProviderID, r.providerID, recorded = st.ProviderID, st.ProviderID, true
 			}
 			if res.Applied && st.Status == state.Failed {
@@ -843,13 +925,23 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 			return nil, nil, false, fmt.Errorf("postgres: apply evidence: %w", err)
 		}
 	}
-	return applied, left, recorded, nil
+	if len(suspects) > 0 {
+		eids := make([]string, len(suspects))
+		for i, a := range suspects {
+			eids[i] = a.EvidenceID
+		}
+		if _, err := tx.Exec(ctx, "UPDATE evidence e SET outcome = 'suspect', suspect = v.why, applied_at = $1 "+
+			"FROM unnest($2::text[], $3::text[]) AS v(id, why) WHERE e.id = v.id", now, eids, whys); err != nil {
+			return nil, nil, false, fmt.Errorf("postgres: apply evidence: set aside: %w", err)
+		}
+	}
+	return append(applied, suspects...), left, recorded, nil
 }
 
 // lockRows locks rows by id, in id order (as every multi-row lock in this
 // store), so that two runs, or a run and a drain, never deadlock.
 func lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]*lockedRow, error) {
-	rs, err := tx.Query(ctx, "SELECT id, state, lease_until, provider_id FROM messages WHERE id = ANY($1) ORDER BY id FOR UPDATE", ids)
+	rs, err := tx.Query(ctx, "SELECT id, state, lease_until, provider_id, identity, recipient FROM messages WHERE id = ANY($1) ORDER BY id FOR UPDATE", ids)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
 	}
@@ -858,7 +950,7 @@ func lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]*lockedR
 	for rs.Next() {
 		var id, st string
 		r := &lockedRow{}
-		if err := rs.Scan(&id, &st, &r.leaseUntil, &r.providerID); err != nil {
+		if err := rs.Scan(&id, &st, &r.leaseUntil, &r.providerID, &r.identity, &r.recipient); err != nil {
 			return nil, fmt.Errorf("postgres: apply evidence: %w", err)
 		}
 		r.state = state.State(st)
@@ -868,6 +960,57 @@ func lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]*lockedR
 		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
 	}
 	return out, nil
+}
+
+// EvidenceSuspects returns the statuses set aside as suspect, oldest
+// received first.
+func (s *Store) EvidenceSuspects(ctx context.Context, limit int) ([]store.StatusEvidence, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	rs, err := s.pool.Query(ctx, "SELECT "+evidenceCols+" FROM evidence WHERE outcome = 'suspect' ORDER BY received_at, id LIMIT $1", limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: suspect evidence: %w", err)
+	}
+	defer rs.Close()
+	out := []store.StatusEvidence{}
+	for rs.Next() {
+		st, err := scanEvidence(rs)
+		if err != nil {
+			return nil, fmt.Errorf("postgres: suspect evidence: %w", err)
+		}
+		out = append(out, *st)
+	}
+	return out, rs.Err()
+}
+
+// ProviderIDCollisions returns the rows whose provider id another row of
+// their identity has too (all of them are marked: by the migration, or by
+// the transition that gave one of them the id), by identity and provider
+// id.
+func (s *Store) ProviderIDCollisions(ctx context.Context, limit int) ([]store.Collision, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	rs, err := s.pool.Query(ctx, "SELECT id, identity, provider_id, state, created_at FROM messages WHERE provider_id_collision <> '' "+
+		"ORDER BY identity, provider_id, id LIMIT $1", limit)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: provider id collisions: %w", err)
+	}
+	defer rs.Close()
+	out := []store.Collision{}
+	for rs.Next() {
+		var (
+			c   store.Collision
+			stt string
+		)
+		if err := rs.Scan(&c.MessageID, &c.Identity, &c.ProviderID, &stt, &c.CreatedAt); err != nil {
+			return nil, fmt.Errorf("postgres: provider id collisions: %w", err)
+		}
+		c.State, c.CreatedAt = state.State(stt), c.CreatedAt.UTC()
+		out = append(out, c)
+	}
+	return out, rs.Err()
 }
 
 // EvidenceList returns a row's statuses, or with id "" the parked ones,
@@ -914,6 +1057,10 @@ func (s *Store) InboxList(ctx context.Context, p *store.InboxParams) ([]store.In
 	}
 	if p.Unattributed {
 		where = append(where, "message_id IS NULL")
+	}
+	if p.MessageID != "" {
+		where = append(where, "message_id IS NOT NULL")
+		add("message_id = ?", p.MessageID)
 	}
 	if p.Identity != "" {
 		add("identity = ?", p.Identity)
@@ -988,8 +1135,14 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		"(SELECT count(*) FROM inbound WHERE message_id IS NULL), "+
 		"(SELECT count(*) FROM evidence WHERE outcome = ''), "+
 		"(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL), "+
-		"(SELECT count(*) FROM webhook_events WHERE error <> '')", store.CounterDuplicateWebhooks).
-		Scan(&st.DuplicateWebhooks, &st.UnattributedInbound, &st.ParkedEvidence, &st.UnprocessedWebhooks, &st.UnreadableWebhooks)
+		"(SELECT count(*) FROM webhook_events WHERE error <> ''), "+
+		"(SELECT count(*) FROM evidence WHERE outcome = 'suspect'), "+
+		"(SELECT count(*) FROM messages WHERE provider_id_collision <> ''), "+
+		"(SELECT count(*) FROM notices), (SELECT count(*) FROM notices WHERE kind = $2), (SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')), "+
+		"(SELECT count(*) FROM messages WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: ')",
+		store.CounterDuplicateWebhooks, store.NoticeUnknown).
+		Scan(&st.DuplicateWebhooks, &st.UnattributedInbound, &st.ParkedEvidence, &st.UnprocessedWebhooks, &st.UnreadableWebhooks,
+			&st.SuspectEvidence, &st.ProviderIDCollisions, &st.Notices, &st.UnknownNotices, &st.TemplateHolds, &st.TemplateHeldRows)
 	if err != nil {
 		return fmt.Errorf("postgres: webhook stats: %w", err)
 	}

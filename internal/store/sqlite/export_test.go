@@ -3,10 +3,30 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+
+	"github.com/msgq/msgq/internal/store"
 )
 
 // ExecForTest runs a statement on the writer, for tests that must put a
 // database into a state no msgq would (a schema from the future).
 func (s *Store) ExecForTest(ctx context.Context, q string) (sql.Result, error) {
 	return s.w.ExecContext(ctx, q)
+}
+
+// MigrateToForTest applies the migrations up to version v only, for tests
+// of what a later migration does to data written before it.
+func (s *Store) MigrateToForTest(ctx context.Context, v int) error {
+	ms, err := store.ParseMigrations(migrationFS, "migrations")
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if m.Version > v {
+			break
+		}
+		if _, err := s.applyMigration(ctx, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }

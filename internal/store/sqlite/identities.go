@@ -15,10 +15,7 @@ func (s *Store) IdentityPause(ctx context.Context, name, reason string) error {
 		return &store.InvalidError{Field: "identity", Msg: "is required"}
 	}
 	now := micros(s.clock())
-	_, err := s.w.ExecContext(ctx, "INSERT INTO identities (name, paused, paused_reason, paused_at, updated_at) VALUES (?, 1, ?, ?, ?) "+
-		"ON CONFLICT (name) DO UPDATE SET paused = 1, paused_reason = excluded.paused_reason, "+
-		"paused_at = CASE WHEN identities.paused = 1 THEN identities.paused_at ELSE excluded.paused_at END, updated_at = excluded.updated_at",
-		name, reason, now, now)
+	_, err := s.w.ExecContext(ctx, pauseSQL, name, reason, now, now)
 	if err != nil {
 		return fmt.Errorf("sqlite: pause %s: %w", name, err)
 	}

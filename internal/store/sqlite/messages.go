@@ -519,7 +519,13 @@ func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.Trans
 		}
 	}
 	if p.ProviderID != "" {
-		set, args = append(set, "provider_id = ?"), append(args, p.ProviderID)
+		// A provider id another row of the identity has already (a
+		// provider that issued it twice) must not refuse the record of
+		// an accepted send: both rows are marked as a collision instead
+		// (see migration 0008), and evidence naming it is set aside.
+		set, args = append(set, "provider_id = ?", "provider_id_collision = CASE WHEN EXISTS (SELECT 1 FROM messages y "+
+			"WHERE y.identity = messages.identity AND y.provider_id = ? AND y.provider_id <> '' AND y.id <> messages.id) THEN id ELSE '' END"),
+			append(args, p.ProviderID, p.ProviderID)
 	}
 	if p.MaybeSent {
 		set = append(set, "maybe_sent = 1")
@@ -551,6 +557,13 @@ func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.Trans
 		// Under the write lock the row cannot have moved since the read;
 		// this is a database fault, not a lost race.
 		return res, fmt.Errorf("sqlite: transition: message %s: %d rows changed", p.ID, n)
+	}
+	if p.ProviderID != "" {
+		if _, err := tx.exec(ctx, "UPDATE messages SET provider_id_collision = id WHERE provider_id = ? AND provider_id <> '' "+
+			"AND provider_id_collision = '' AND identity = (SELECT identity FROM messages WHERE id = ?) AND id <> ?",
+			p.ProviderID, p.ID, p.ID); err != nil {
+			return res, fmt.Errorf("sqlite: transition: mark provider id collision: %w", err)
+		}
 	}
 	applied := 0
 	if res.Applied {

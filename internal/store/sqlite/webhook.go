@@ -225,19 +225,23 @@ func retryRefused(id string, processed bool) error {
 
 const (
 	insertEvidenceSQL = `INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at,
-	callback_ref, error_code, error, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (provider, dedupe_key) DO NOTHING`
+	callback_ref, error_code, error, received_at, recipient, suspect, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (provider, identity, dedupe_key) DO NOTHING`
 	insertInboundSQL = `INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text,
 	reply_id, reply_title, context_id, message_id, received_at, stored_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-	ON CONFLICT (provider, provider_message_id) DO NOTHING`
+	ON CONFLICT (provider, identity, provider_message_id) DO NOTHING`
 	// An item the unique index refused: which row has its key, and from
 	// which event (a row this event wrote before is a reread).
-	evidenceByKeySQL = `SELECT id, event_id FROM evidence WHERE provider = ? AND dedupe_key = ?`
-	inboundByKeySQL  = `SELECT id, event_id FROM inbound WHERE provider = ? AND provider_message_id = ?`
-	// The literal provider_id <> '' lets SQLite use the partial index
-	// messages_provider_id.
-	byProviderIDSQL = `SELECT id FROM messages WHERE provider_id = ? AND provider_id <> '' ORDER BY id LIMIT 1`
-	windowSQL       = `INSERT INTO service_windows (identity, recipient, last_inbound_at) VALUES (?, ?, ?)
+	evidenceByKeySQL = `SELECT id, event_id FROM evidence WHERE provider = ? AND identity = ? AND dedupe_key = ?`
+	inboundByKeySQL  = `SELECT id, event_id FROM inbound WHERE provider = ? AND identity = ? AND provider_message_id = ?`
+	// replyToSQL finds the row a reply answers: the one row of the
+	// reply's identity with its context as provider id (none when two
+	// share it: a collision is for a person), sent to the one who wrote
+	// (when the reply names them). The literal provider_id <> '' lets
+	// SQLite use the partial index messages_identity_provider_id.
+	replyToSQL = `SELECT CASE WHEN count(*) = 1 THEN min(id) END FROM messages
+	WHERE identity = ? AND provider_id = ? AND provider_id <> '' AND (? = '' OR recipient = ?)`
+	windowSQL = `INSERT INTO service_windows (identity, recipient, last_inbound_at) VALUES (?, ?, ?)
 	ON CONFLICT (identity, recipient) DO UPDATE SET last_inbound_at = max(last_inbound_at, excluded.last_inbound_at)`
 	countDuplicatesSQL = `INSERT INTO counters (name, n) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET n = n + excluded.n`
 	// releaseHeldSQL makes the rows held for a closed window due now. Its
@@ -357,8 +361,13 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 		store.PrepareStatus(st, p.EventID, ev)
 		st.ReceivedAt = received
 		id := s.ids.New(now)
+		outcome := ""
+		if st.Suspect != "" {
+			outcome = store.EvidenceSuspect
+		}
 		r, err := ts.exec(ctx, insertEvidenceSQL, id, st.EventID, st.Provider, st.Identity, st.DedupeKey, st.ProviderID,
-			string(st.Status), micros(st.At.UTC()), st.CallbackRef, st.ErrorCode, st.Error, micros(received))
+			string(st.Status), micros(st.At.UTC()), st.CallbackRef, st.ErrorCode, st.Error, micros(received),
+			st.Recipient, st.Suspect, outcome)
 		if err != nil {
 			return fmt.Errorf("sqlite: ingest status: %w", err)
 		}
@@ -368,7 +377,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 			res.Statuses++
 			continue
 		}
-		reread, err := rereadOf(ctx, ts, evidenceByKeySQL, st.Provider, st.DedupeKey, p.EventID, fresh)
+		reread, err := rereadOf(ctx, ts, evidenceByKeySQL, st.Provider, st.Identity, st.DedupeKey, p.EventID, fresh)
 		if err != nil {
 			return fmt.Errorf("sqlite: ingest status: %w", err)
 		}
@@ -377,6 +386,9 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 		} else {
 			res.Duplicates++
 		}
+	}
+	if err := s.ingestNotices(ctx, ts, p, ev, micros(now), micros(received), res); err != nil {
+		return err
 	}
 	for j := range p.Inbound {
 		in := &p.Inbound[j]
@@ -387,7 +399,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 		in.ReceivedAt = in.ReceivedAt.UTC().Truncate(store.Resolution)
 		var msgID sql.NullString
 		if in.ContextID != "" {
-			row, err := ts.queryRow(ctx, byProviderIDSQL, in.ContextID)
+			row, err := ts.queryRow(ctx, replyToSQL, in.Identity, in.ContextID, in.From, in.From)
 			if err != nil {
 				return fmt.Errorf("sqlite: ingest inbound: %w", err)
 			}
@@ -402,7 +414,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 			return fmt.Errorf("sqlite: ingest inbound: %w", err)
 		}
 		if n, _ := r.RowsAffected(); n != 1 {
-			reread, err := rereadOf(ctx, ts, inboundByKeySQL, in.Provider, in.ProviderMessageID, p.EventID, fresh)
+			reread, err := rereadOf(ctx, ts, inboundByKeySQL, in.Provider, in.Identity, in.ProviderMessageID, p.EventID, fresh)
 			if err != nil {
 				return fmt.Errorf("sqlite: ingest inbound: %w", err)
 			}
@@ -440,11 +452,11 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 }
 
 // rereadOf says whether the row holding an item's key (q looks it up by
-// provider and key) is one an earlier processing of eventID wrote: then
+// provider, identity and key) is one an earlier processing of eventID wrote: then
 // the item is a reread, not a duplicate. A row this call wrote (fresh) is
 // a duplicate within the call.
-func rereadOf(ctx context.Context, ts *txStmts, q, provider, key, eventID string, fresh map[string]bool) (bool, error) {
-	row, err := ts.queryRow(ctx, q, provider, key)
+func rereadOf(ctx context.Context, ts *txStmts, q, provider, identity, key, eventID string, fresh map[string]bool) (bool, error) {
+	row, err := ts.queryRow(ctx, q, provider, identity, key)
 	if err != nil {
 		return false, err
 	}
@@ -459,7 +471,7 @@ func rereadOf(ctx context.Context, ts *txStmts, q, provider, key, eventID string
 }
 
 const evidenceCols = `id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref,
-	error_code, error, message_id, outcome, received_at, applied_at`
+	error_code, error, message_id, outcome, received_at, applied_at, recipient, suspect`
 
 func scanEvidence(sc scanner) (*store.StatusEvidence, error) {
 	var (
@@ -469,7 +481,7 @@ func scanEvidence(sc scanner) (*store.StatusEvidence, error) {
 		applied      sql.NullInt64
 	)
 	if err := sc.Scan(&st.ID, &st.EventID, &st.Provider, &st.Identity, &st.DedupeKey, &st.ProviderID, &status, &at,
-		&st.CallbackRef, &st.ErrorCode, &st.Error, &st.MessageID, &st.Outcome, &received, &applied); err != nil {
+		&st.CallbackRef, &st.ErrorCode, &st.Error, &st.MessageID, &st.Outcome, &received, &applied, &st.Recipient, &st.Suspect); err != nil {
 		return nil, err
 	}
 	st.Status, st.At, st.ReceivedAt, st.AppliedAt = state.State(status), fromMicros(at), fromMicros(received), fromNullMicros(applied)
@@ -479,23 +491,28 @@ func scanEvidence(sc scanner) (*store.StatusEvidence, error) {
 // defaultApplyLimit bounds an EvidenceApply without a limit.
 const defaultApplyLimit = 1000
 
-// applyCandidatesSQL finds pending statuses that have a row to go to
-// (by provider id, else by callback reference) whose drain does not hold
-// a live lease, oldest provider timestamp first. Parked statuses are
-// passed over here rather than after the LIMIT: a backlog of statuses no
-// row will ever claim (another system's sends on a shared number) must
-// not starve new ones. CROSS JOIN keeps evidence the outer loop.
-const applyCandidatesSQL = `SELECT e.id FROM evidence e INDEXED BY evidence_pending CROSS JOIN messages m
-WHERE e.outcome = '' AND m.id = coalesce(
-	(SELECT x.id FROM messages x WHERE x.provider_id = e.provider_id AND x.provider_id <> '' ORDER BY x.id LIMIT 1),
-	(SELECT x.id FROM messages x WHERE x.id = e.callback_ref AND (x.provider_id = '' OR e.provider_id = '' OR x.provider_id = e.provider_id)))
-AND NOT (m.state = 'sending' AND coalesce(m.lease_until, 0) > ?)
-ORDER BY e.at, e.id LIMIT ?`
+// applyCandidatesSQL finds pending statuses that name a row (by provider
+// id within their identity, or by callback reference) that no drain holds
+// a live lease of, oldest provider timestamp first; applyEvidence decides
+// each (store.MatchStatus), which may set it aside as suspect. Parked
+// statuses are passed over here rather than after the LIMIT: a backlog of
+// statuses no row will ever claim (another system's sends on a shared
+// number) must not starve new ones.
+const applyCandidatesSQL = `SELECT e.id FROM evidence e INDEXED BY evidence_pending
+WHERE e.outcome = '' AND (
+	(e.provider_id <> '' AND EXISTS (SELECT 1 FROM messages x WHERE x.identity = e.identity AND x.provider_id = e.provider_id
+		AND x.provider_id <> '' AND NOT (x.state = 'sending' AND coalesce(x.lease_until, 0) > ?1)))
+	OR (e.callback_ref <> '' AND EXISTS (SELECT 1 FROM messages x WHERE x.id = e.callback_ref
+		AND NOT (x.state = 'sending' AND coalesce(x.lease_until, 0) > ?1))))
+ORDER BY e.at, e.id LIMIT ?2`
 
 // attributeCandidatesSQL finds unattributed replies whose context has
-// become a row's provider id.
+// become the provider id of one row of their identity (sent to the one
+// who wrote, when the reply names them).
 const attributeCandidatesSQL = `SELECT id, mid FROM (
-	SELECT i.id, (SELECT m.id FROM messages m WHERE m.provider_id = i.context_id AND m.provider_id <> '' ORDER BY m.id LIMIT 1) AS mid
+	SELECT i.id, (SELECT CASE WHEN count(*) = 1 THEN min(m.id) END FROM messages m
+		WHERE m.identity = i.identity AND m.provider_id = i.context_id AND m.provider_id <> ''
+		AND (i.sender = '' OR m.recipient = i.sender)) AS mid
 	FROM inbound i INDEXED BY inbound_unattributed_context WHERE i.message_id IS NULL AND i.context_id <> ''
 ) WHERE mid IS NOT NULL`
 
@@ -538,13 +555,14 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 	defer ts.close()
 	for len(cands) > 0 && len(res.Applied) < limit {
 		// Provider ids that statuses matched by their callback reference
-		// recorded: parked statuses of those ids can go now.
-		recorded := map[string]string{}
+		// recorded: parked statuses of those ids (in that identity) can
+		// go now.
+		recorded := map[idKey]string{}
 		for _, id := range cands {
 			if len(res.Applied) == limit {
 				break
 			}
-			ae, recordedID, err := s.applyEvidence(ctx, ts, id, now)
+			ae, rec, err := s.applyEvidence(ctx, ts, id, now)
 			if err != nil {
 				return nil, err
 			}
@@ -552,15 +570,16 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 				continue
 			}
 			res.Applied = append(res.Applied, *ae)
-			if recordedID {
-				recorded[ae.ProviderID] = ae.MessageID
+			if rec != nil {
+				recorded[*rec] = ae.MessageID
 			}
 		}
 		if cands, err = s.pendingOf(ctx, ts, recorded); err != nil {
 			return nil, err
 		}
-		for pid, msgID := range recorded {
-			r, err := ts.exec(ctx, "UPDATE inbound SET message_id = ? WHERE message_id IS NULL AND context_id <> '' AND context_id = ?", msgID, pid)
+		for k, msgID := range recorded {
+			r, err := ts.exec(ctx, "UPDATE inbound SET message_id = ? WHERE message_id IS NULL AND context_id <> '' AND context_id = ? AND identity = ? "+
+				"AND (sender = '' OR sender = (SELECT recipient FROM messages WHERE id = ?))", msgID, k.providerID, k.identity, msgID)
 			if err != nil {
 				return nil, fmt.Errorf("sqlite: apply evidence: attribute inbound: %w", err)
 			}
@@ -591,84 +610,100 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 
 const countParkedSQL = "SELECT count(*) FROM evidence INDEXED BY evidence_pending WHERE outcome = ''"
 
-// matched is the row a status goes to.
-type matched struct {
-	id         string
-	state      state.State
-	leaseUntil sql.NullInt64
-	providerID string
-	byRef      bool // by callback reference: the row did not know the provider id
-}
+// idKey is a provider id within its identity.
+type idKey struct{ identity, providerID string }
 
-const matchCols = "id, state, lease_until, provider_id"
+const matchCols = "id, identity, recipient, provider_id, state, lease_until"
 
-// matchStatus finds the row of st: the one with its provider id, else
-// the one its callback reference names, when that row has no provider id
-// yet or the same one (a reference to a row since sent under another id
-// is not this send's status).
-func matchStatus(ctx context.Context, ts *txStmts, st *store.StatusEvidence) (*matched, error) {
-	read := func(q, arg string) (*matched, error) {
-		row, err := ts.queryRow(ctx, q, arg)
+// matchStatus reads the rows st could be about (store.MatchStatus
+// decides): those of its identity with its provider id, and the one its
+// callback reference names.
+func matchStatus(ctx context.Context, ts *txStmts, st *store.StatusEvidence) (*store.MatchRow, bool, string, error) {
+	scan := func(q string, args ...any) ([]store.MatchRow, error) {
+		stmt, err := ts.prepare(ctx, q)
 		if err != nil {
 			return nil, err
 		}
-		m := &matched{}
-		var stt string
-		err = row.Scan(&m.id, &stt, &m.leaseUntil, &m.providerID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil, nil
+		rs, err := stmt.QueryContext(ctx, args...)
+		if err != nil {
+			return nil, err
 		}
-		m.state = state.State(stt)
-		return m, err
+		defer rs.Close()
+		var out []store.MatchRow
+		for rs.Next() {
+			var (
+				m     store.MatchRow
+				stt   string
+				lease sql.NullInt64
+			)
+			if err := rs.Scan(&m.ID, &m.Identity, &m.Recipient, &m.ProviderID, &stt, &lease); err != nil {
+				return nil, err
+			}
+			m.State, m.LeaseUntil = state.State(stt), fromNullMicros(lease)
+			out = append(out, m)
+		}
+		return out, rs.Err()
 	}
+	var byPID []store.MatchRow
+	var err error
 	if st.ProviderID != "" {
-		m, err := read("SELECT "+matchCols+" FROM messages WHERE provider_id = ? AND provider_id <> '' ORDER BY id LIMIT 1", st.ProviderID)
-		if m != nil || err != nil {
-			return m, err
+		byPID, err = scan("SELECT "+matchCols+" FROM messages WHERE identity = ? AND provider_id = ? AND provider_id <> '' ORDER BY id LIMIT 2",
+			st.Identity, st.ProviderID)
+		if err != nil {
+			return nil, false, "", err
 		}
 	}
-	if st.CallbackRef == "" {
-		return nil, nil
+	var ref *store.MatchRow
+	if st.CallbackRef != "" {
+		refs, err := scan("SELECT "+matchCols+" FROM messages WHERE id = ?", st.CallbackRef)
+		if err != nil {
+			return nil, false, "", err
+		}
+		if len(refs) == 1 {
+			ref = &refs[0]
+		}
 	}
-	m, err := read("SELECT "+matchCols+" FROM messages WHERE id = ?", st.CallbackRef)
-	if m == nil || err != nil {
-		return nil, err
-	}
-	if m.providerID != "" && st.ProviderID != "" && m.providerID != st.ProviderID {
-		return nil, nil
-	}
-	m.byRef = true
-	return m, nil
+	m, byRef, suspect := store.MatchStatus(st, byPID, ref)
+	return m, byRef, suspect, nil
 }
 
 // applyEvidence applies the pending status id, if it is still pending
 // and its row is there and not under a live lease (nil otherwise), with
-// its outcome marked in the same transaction as its transition. It
-// reports whether it recorded the status's provider id on the row.
-func (s *Store) applyEvidence(ctx context.Context, ts *txStmts, id string, now time.Time) (*store.AppliedEvidence, bool, error) {
+// its outcome marked in the same transaction as its transition; or sets
+// it aside as suspect. It returns the provider id it recorded on the row
+// (matched by reference), if it did.
+func (s *Store) applyEvidence(ctx context.Context, ts *txStmts, id string, now time.Time) (*store.AppliedEvidence, *idKey, error) {
 	row, err := ts.queryRow(ctx, "SELECT "+evidenceCols+" FROM evidence WHERE id = ? AND outcome = ''", id)
 	if err != nil {
-		return nil, false, fmt.Errorf("sqlite: apply evidence: %w", err)
+		return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
 	st, err := scanEvidence(row)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, nil // applied by another process meanwhile
+		return nil, nil, nil // applied by another process meanwhile
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("sqlite: apply evidence: %w", err)
+		return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
-	m, err := matchStatus(ctx, ts, st)
+	m, byRef, suspect, err := matchStatus(ctx, ts, st)
 	if err != nil {
-		return nil, false, fmt.Errorf("sqlite: apply evidence: %w", err)
+		return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
-	if m == nil || (m.state == state.Sending && m.leaseUntil.Valid && fromMicros(m.leaseUntil.Int64).After(now)) {
-		return nil, false, nil // parked: the drain holding the lease records its own answer
+	if suspect != "" {
+		if _, err := ts.exec(ctx, "UPDATE evidence SET outcome = ?, suspect = ?, applied_at = ? WHERE id = ?",
+			store.EvidenceSuspect, suspect, micros(now), st.ID); err != nil {
+			return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+		}
+		return &store.AppliedEvidence{EvidenceID: st.ID, ProviderID: st.ProviderID, Status: st.Status,
+			Outcome: store.EvidenceSuspect, Detail: st.HistoryDetail() + ": set aside: " + suspect}, nil, nil
+	}
+	if m == nil || (m.State == state.Sending && m.LeaseUntil != nil && m.LeaseUntil.After(now)) {
+		return nil, nil, nil // parked: the drain holding the lease records its own answer
 	}
 	ev := state.Event{Kind: state.Evidence, Status: st.Status}
-	ae := &store.AppliedEvidence{EvidenceID: st.ID, MessageID: m.id, ProviderID: st.ProviderID, Status: st.Status,
-		From: m.state, To: m.state, Detail: st.HistoryDetail()}
-	recordID := m.byRef && m.providerID == "" && st.ProviderID != ""
-	res, err := state.Transition(m.state, ev)
+	ae := &store.AppliedEvidence{EvidenceID: st.ID, MessageID: m.ID, ProviderID: st.ProviderID, Status: st.Status,
+		From: m.State, To: m.State, Detail: st.HistoryDetail()}
+	recordID := byRef && m.ProviderID == "" && st.ProviderID != ""
+	res, err := state.Transition(m.State, ev)
 	var refused *state.RefusedError
 	switch {
 	case errors.As(err, &refused):
@@ -676,9 +711,9 @@ func (s *Store) applyEvidence(ctx context.Context, ts *txStmts, id string, now t
 		ae.Detail += ": refused: " + refused.Why
 		recordID = false
 	case err != nil:
-		return nil, false, fmt.Errorf("sqlite: apply evidence: %w", err)
+		return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	default:
-		tp := store.TransitionParams{ID: m.id, From: m.state, Event: ev, Source: store.SourceWebhook, Detail: ae.Detail, Now: now}
+		tp := store.TransitionParams{ID: m.ID, From: m.State, Event: ev, Source: store.SourceWebhook, Detail: ae.Detail, Now: now}
 		if recordID {
 			tp.ProviderID = st.ProviderID
 		}
@@ -688,7 +723,7 @@ func (s *Store) applyEvidence(ctx context.Context, ts *txStmts, id string, now t
 		if _, err := s.applyTransition(ctx, ts, &tp); err != nil {
 			// The row was read under the write lock just now: any
 			// error here is the database's.
-			return nil, false, fmt.Errorf("sqlite: apply evidence %s to %s: %w", st.ID, m.id, err)
+			return nil, nil, fmt.Errorf("sqlite: apply evidence %s to %s: %w", st.ID, m.ID, err)
 		}
 		ae.To, ae.Outcome = res.To, store.EvidenceRecorded
 		if res.Applied {
@@ -696,26 +731,29 @@ func (s *Store) applyEvidence(ctx context.Context, ts *txStmts, id string, now t
 		}
 	}
 	if _, err := ts.exec(ctx, "UPDATE evidence SET outcome = ?, message_id = ?, applied_at = ? WHERE id = ?",
-		ae.Outcome, m.id, micros(now), st.ID); err != nil {
-		return nil, false, fmt.Errorf("sqlite: apply evidence: %w", err)
+		ae.Outcome, m.ID, micros(now), st.ID); err != nil {
+		return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
-	return ae, recordID, nil
+	if !recordID {
+		return ae, nil, nil
+	}
+	return ae, &idKey{identity: st.Identity, providerID: st.ProviderID}, nil
 }
 
-// pendingOf returns the pending statuses of the given provider ids,
-// oldest provider timestamp first.
-func (s *Store) pendingOf(ctx context.Context, ts *txStmts, pids map[string]string) ([]string, error) {
+// pendingOf returns the pending statuses of the given provider ids (each
+// within its identity), oldest provider timestamp first.
+func (s *Store) pendingOf(ctx context.Context, ts *txStmts, pids map[idKey]string) ([]string, error) {
 	type item struct {
 		id string
 		at int64
 	}
 	var items []item
-	for pid := range pids {
-		st, err := ts.prepare(ctx, "SELECT id, at FROM evidence INDEXED BY evidence_pending_provider WHERE outcome = '' AND provider_id = ?")
+	for k := range pids {
+		st, err := ts.prepare(ctx, "SELECT id, at FROM evidence INDEXED BY evidence_pending_provider WHERE outcome = '' AND identity = ? AND provider_id = ?")
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 		}
-		rs, err := st.QueryContext(ctx, pid)
+		rs, err := st.QueryContext(ctx, k.identity, k.providerID)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 		}
@@ -808,6 +846,62 @@ func (s *Store) EvidenceList(ctx context.Context, id string, limit int) ([]store
 	return out, rs.Err()
 }
 
+// EvidenceSuspects returns the statuses set aside as suspect, oldest
+// received first.
+func (s *Store) EvidenceSuspects(ctx context.Context, limit int) ([]store.StatusEvidence, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	rs, err := s.r.QueryContext(ctx, "SELECT "+evidenceCols+" FROM evidence INDEXED BY evidence_suspect WHERE outcome = 'suspect' "+
+		"ORDER BY received_at, id LIMIT ?", limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: suspect evidence: %w", err)
+	}
+	defer rs.Close()
+	out := []store.StatusEvidence{}
+	for rs.Next() {
+		st, err := scanEvidence(rs)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: suspect evidence: %w", err)
+		}
+		out = append(out, *st)
+	}
+	return out, rs.Err()
+}
+
+// ProviderIDCollisions returns the rows whose provider id another row of
+// their identity has too, by identity and provider id.
+func (s *Store) ProviderIDCollisions(ctx context.Context, limit int) ([]store.Collision, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	rs, err := s.r.QueryContext(ctx, collisionsSQL, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: provider id collisions: %w", err)
+	}
+	defer rs.Close()
+	out := []store.Collision{}
+	for rs.Next() {
+		var (
+			c       store.Collision
+			stt     string
+			created int64
+		)
+		if err := rs.Scan(&c.MessageID, &c.Identity, &c.ProviderID, &stt, &created); err != nil {
+			return nil, fmt.Errorf("sqlite: provider id collisions: %w", err)
+		}
+		c.State, c.CreatedAt = state.State(stt), fromMicros(created)
+		out = append(out, c)
+	}
+	return out, rs.Err()
+}
+
+// collisionsSQL lists the marked rows, which are every row of each
+// colliding (identity, provider id): the migration marks them all, and a
+// transition that gives a row an id its identity has marks both sides.
+const collisionsSQL = `SELECT id, identity, provider_id, state, created_at FROM messages INDEXED BY messages_provider_id_collision
+WHERE provider_id_collision <> '' ORDER BY identity, provider_id, id LIMIT ?`
+
 const inboundCols = `id, event_id, provider, identity, provider_message_id, sender, type, text, reply_id, reply_title,
 	context_id, message_id, received_at, stored_at`
 
@@ -819,6 +913,9 @@ func (s *Store) InboxList(ctx context.Context, p *store.InboxParams) ([]store.In
 	if p.Unattributed {
 		// The literal predicate lets SQLite use the partial index.
 		where, index = append(where, "message_id IS NULL"), "inbound_unattributed"
+	}
+	if p.MessageID != "" {
+		where, args, index = append(where, "message_id IS NOT NULL", "message_id = ?"), append(args, p.MessageID), "inbound_message"
 	}
 	if p.Identity != "" {
 		where, args = append(where, "identity = ?"), append(args, p.Identity)
@@ -904,6 +1001,12 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		{countParkedSQL, nil, &st.ParkedEvidence},
 		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_pending WHERE processed_at IS NULL", nil, &st.UnprocessedWebhooks},
 		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_unreadable WHERE error <> ''", nil, &st.UnreadableWebhooks},
+		{"SELECT count(*) FROM evidence INDEXED BY evidence_suspect WHERE outcome = 'suspect'", nil, &st.SuspectEvidence},
+		{"SELECT count(*) FROM messages INDEXED BY messages_provider_id_collision WHERE provider_id_collision <> ''", nil, &st.ProviderIDCollisions},
+		{"SELECT count(*) FROM notices", nil, &st.Notices},
+		{"SELECT count(*) FROM notices INDEXED BY notices_kind WHERE kind = ?", []any{store.NoticeUnknown}, &st.UnknownNotices},
+		{"SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')", nil, &st.TemplateHolds},
+		{"SELECT count(*) FROM messages INDEXED BY messages_template_held WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: '", nil, &st.TemplateHeldRows},
 	} {
 		if err := q.QueryRowContext(ctx, f.q, f.args...).Scan(f.dest); err != nil {
 			return fmt.Errorf("sqlite: webhook stats: %w", err)

@@ -65,6 +65,8 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Webhook", func(t *testing.T) { t.Parallel(); testWebhook(t, h) })
 	t.Run("Vitals", func(t *testing.T) { t.Parallel(); testVitals(t, h) })
 	t.Run("Clock", func(t *testing.T) { t.Parallel(); testClock(t, h) })
+	t.Run("EvidenceIdentity", func(t *testing.T) { t.Parallel(); testEvidenceIdentity(t, h) })
+	t.Run("Notices", func(t *testing.T) { t.Parallel(); testNotices(t, h) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {

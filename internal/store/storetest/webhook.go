@@ -986,15 +986,19 @@ func testWebhook(t *testing.T, h Harness) {
 		}
 	})
 
-	t.Run("a callback reference to a row sent under another provider id is not its status", func(t *testing.T) {
+	t.Run("a callback reference to a row sent under another provider id is set aside as suspect", func(t *testing.T) {
 		t.Parallel()
 		w := newWH(t, h)
 		m := w.sent("k", "wamid.mine")
 		st := status("wamid.theirs", state.Failed, 1)
 		st.CallbackRef = m.ID
 		w.ingest([]store.StatusEvidence{st}, nil)
-		if res := w.apply(); len(res.Applied) != 0 || res.Parked != 1 {
-			t.Errorf("apply: %+v", res)
+		if res := w.apply(); outcomes(res.Applied) != "failed:->:suspect" || res.Parked != 0 {
+			t.Errorf("apply: %s %+v", outcomes(res.Applied), res)
+		}
+		sus := must[[]store.StatusEvidence](t)(w.s.EvidenceSuspects(whCtx, 0))
+		if len(sus) != 1 || sus[0].ProviderID != "wamid.theirs" || !strings.Contains(sus[0].Suspect, "wamid.mine") {
+			t.Errorf("suspects %+v", sus)
 		}
 		if got := w.get(m.ID); got.State != state.Sent || got.ProviderID != "wamid.mine" {
 			t.Errorf("row %+v", got)

@@ -22,12 +22,14 @@ type httpBody struct {
 	Data json.RawMessage `json:"data"`
 }
 
-// Only the fields msgq reads are declared: previous_status and to are
-// informative and never a reason to refuse an event.
+// Only the fields msgq reads are declared: previous_status is
+// informative, and to (the recipient, compared with the row's when it is
+// E.164) is never a reason to refuse an event.
 type httpStatus struct {
 	ID        string `json:"id"`
 	Status    string `json:"status"`
 	Ref       string `json:"ref"`
+	To        string `json:"to"`
 	Timestamp string `json:"timestamp"`
 	// Raw: kept verbatim as the row's last error.
 	Error json.RawMessage `json:"error"`
@@ -66,7 +68,17 @@ func HTTP(body []byte, webhookID string) (*Batch, error) {
 		}
 	}
 	if b.Type != TypeStatus && b.Type != TypeReceived {
-		return &Batch{Ignored: []string{fmt.Sprintf("type %.60q", b.Type)}}, nil
+		// An event type msgq does not read: kept as a notice, counted and
+		// listed, never silently dropped.
+		n := store.Notice{Provider: store.WebhookHTTP, Kind: store.NoticeUnknown, Field: text(b.Type), Detail: string(body),
+			DedupeKey: noticeKey(b.Type, []byte(b.Timestamp), body)}
+		if webhookID != "" {
+			n.DedupeKey = "wh:" + text(webhookID)
+		}
+		if b.Timestamp != "" {
+			n.At, _ = rfc3339(b.Timestamp)
+		}
+		return &Batch{Notices: []Note{{Notice: n}}}, nil
 	}
 	if len(b.Data) == 0 || b.Data[0] != '{' {
 		return nil, malformed("%s: data is not an object", b.Type)
@@ -119,6 +131,10 @@ func (b *Batch) httpStatus(env *httpBody, webhookID string) {
 	}
 	if webhookID != "" {
 		ev.DedupeKey = "wh:" + webhookID
+	}
+	if e164(d.To) {
+		// Compared with the row's recipient; anything else is not.
+		ev.Recipient = d.To
 	}
 	if st == state.Failed && present(d.Error) {
 		if d.Error[0] != '{' {

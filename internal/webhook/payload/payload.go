@@ -43,7 +43,10 @@
 // messages[]. Statuses sent, delivered, read, played (a voice message
 // played has been read) and failed are kept; others are ignored. A status's
 // DedupeKey is wamid|status|timestamp as received, because Meta sends no
-// delivery id and redelivers the same bytes. An inbound message without
+// delivery id and redelivers the same bytes. A status's recipient_id
+// (bare digits) is kept as Recipient with a plus, and checked against
+// the row's. A reaction's reaction.message_id is its ContextID: a
+// reaction is about that message, as a reply is. An inbound message without
 // "from" is kept with From "": Meta is rolling out usernames, and a user
 // who hides their number behind one may come without it.
 //
@@ -61,6 +64,7 @@
 //	          "status": "delivered",                sent, delivered, read or failed
 //	          "previous_status": "sent",            optional, informative
 //	          "ref": "01M8K8GPM0H2BH8VGS9ZM5H3BV",  our message id, as sent in "ref"
+//	          "to": "+15551234567",                 optional: the recipient (E.164), checked against the row's
 //	          "timestamp": "...",                   optional: when it happened, else the envelope's
 //	          "error": {"code": "window_closed",    failed only
 //	                    "message": "..."}}}
@@ -86,6 +90,8 @@ package payload
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,10 +117,22 @@ type Message struct {
 	PhoneNumberID string
 }
 
+// Note is one notice from a body, with the WhatsApp phone_number_id it
+// came through ("" when it names none: template and account updates are
+// about the business account).
+type Note struct {
+	store.Notice
+	PhoneNumberID string
+}
+
 // Batch is what one webhook body says.
 type Batch struct {
 	Statuses []Status
 	Inbound  []Message
+	// Notices are what it says about the account, a number or a
+	// template rather than a message, and whatever msgq does not
+	// understand (kind unknown): kept, never dropped.
+	Notices []Note
 	// Ignored names items recognised but not used (e.g. a status value
 	// msgq has no state for, a change about the account), for logs.
 	Ignored []string
@@ -294,6 +312,31 @@ func decodeProblem(prefix string, err error) string {
 		return "a JSON " + kind + " where an object was expected"
 	}
 	return fmt.Sprintf("%s is a JSON %s", field, kind)
+}
+
+// noticeKey is a notice's DedupeKey: Meta sends no delivery id and
+// redelivers the same bytes, so the field, the entry's time and the
+// value's bytes identify it.
+func noticeKey(field string, t json.RawMessage, raw []byte) string {
+	h := sha256.New()
+	h.Write([]byte(field))
+	h.Write([]byte{0})
+	h.Write(t)
+	h.Write([]byte{0})
+	h.Write(raw)
+	return field + ":" + hex.EncodeToString(h.Sum(nil))[:40]
+}
+
+// text keeps s usable as stored text: no NUL, at most MaxID bytes.
+func text(s string) string {
+	s = strings.ReplaceAll(s, "\x00", "")
+	if len(s) > MaxID {
+		s = s[:MaxID]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
 }
 
 func hasNUL(ss ...string) bool {

@@ -230,7 +230,15 @@ func TestWhatsAppFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkBatch(t, got, tt.want(body))
+			want := tt.want(body)
+			// Every fixture status names its recipient (recipient_id).
+			for i := range want.Statuses {
+				want.Statuses[i].Recipient = "+16505551234"
+				if id := want.Statuses[i].ProviderID; id == wamF2 || id == wamS2 {
+					want.Statuses[i].Recipient = "+447700900123"
+				}
+			}
+			checkBatch(t, got, want)
 		})
 	}
 }
@@ -283,9 +291,9 @@ func TestWhatsAppOtherMessageTypes(t *testing.T) {
 		edit      func(*store.Inbound)
 	}{
 		{"reaction", `{` + head + `"type":"reaction","reaction":{"message_id":"wamid.TEST2","emoji":"\uD83D\uDC4D"}}`,
-			func(in *store.Inbound) { in.Type, in.Text = "reaction", "👍" }},
+			func(in *store.Inbound) { in.Type, in.Text, in.ContextID = "reaction", "👍", "wamid.TEST2" }},
 		{"reaction removed", `{` + head + `"type":"reaction","reaction":{"message_id":"wamid.TEST2"}}`,
-			func(in *store.Inbound) { in.Type = "reaction" }},
+			func(in *store.Inbound) { in.Type, in.ContextID = "reaction", "wamid.TEST2" }},
 		{"location named", `{` + head + `"type":"location","location":{"latitude":37.4847,"longitude":-122.1473,"name":"Philz Coffee","address":"101 Forest Ave, Palo Alto, CA 94301"}}`,
 			func(in *store.Inbound) {
 				in.Type, in.Text = "location", "Philz Coffee, 101 Forest Ave, Palo Alto, CA 94301"
@@ -384,8 +392,12 @@ func TestWhatsAppStatuses(t *testing.T) {
 	})
 }
 
-func TestWhatsAppIgnored(t *testing.T) {
-	body := `{"object":"whatsapp_business_account","entry":[{"id":"102290129340398","changes":[
+// TestWhatsAppNoticesAreKept: what a body says about the account, a
+// number or a template, and any field msgq does not know, is kept as a
+// notice (issue 13 §3: nothing is dropped without a trace); status values
+// msgq has no state for are still only ignored.
+func TestWhatsAppNoticesAreKept(t *testing.T) {
+	body := `{"object":"whatsapp_business_account","entry":[{"id":"102290129340398","time":1795946600,"changes":[
 	  {"field":"account_update","value":{"phone_number":"15550783881","event":"VERIFIED_ACCOUNT"}},
 	  {"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"phone_number_id":"106540352242922"},
 	    "statuses":[
@@ -393,8 +405,11 @@ func TestWhatsAppIgnored(t *testing.T) {
 	      {"id":"wamid.TEST2","status":"deleted","timestamp":"1795946601"},
 	      {"id":"wamid.TEST3","status":"warning","timestamp":"1795946602"}]}},
 	  {"field":"messages","value":{"messaging_product":"whatsapp","metadata":{"phone_number_id":"106540352242922"},
-	    "errors":[{"code":131000,"title":"Something went wrong","message":"Something went wrong","error_data":{"details":"x"}}]}},
-	  {"field":"message_template_status_update","value":{"event":"APPROVED","message_template_id":1}}]}]}`
+	    "errors":[{"code":130429,"title":"Rate limit hit","message":"(#130429) Rate limit hit","error_data":{"details":"x"}}]}},
+	  {"field":"message_template_status_update","value":{"event":"APPROVED","message_template_id":1}},
+	  {"field":"message_template_status_update","value":{"event":"PAUSED","message_template_id":2,"message_template_name":"order_update","message_template_language":"en_US","reason":"LOW_QUALITY"}},
+	  {"field":"phone_number_quality_update","value":{"display_phone_number":"15550783881","event":"FLAGGED","current_limit":"TIER_1K"}},
+	  {"field":"flows","value":{"event":"FLOW_STATUS_CHANGE"}}]}]}`
 	got, err := WhatsApp([]byte(body))
 	if err != nil {
 		t.Fatal(err)
@@ -402,13 +417,40 @@ func TestWhatsAppIgnored(t *testing.T) {
 	checkBatch(t, got, &Batch{
 		Statuses: []Status{waStatusWant("wamid.TEST1", "sent", state.Sent, tsTest, "", pnid)},
 		Ignored: []string{
-			`entry[0].changes[0]: field "account_update"`,
 			`entry[0].changes[1].value.statuses[1]: status "deleted" of wamid.TEST2`,
 			`entry[0].changes[1].value.statuses[2]: status "warning" of wamid.TEST3`,
-			`entry[0].changes[2]: errors [131000]`,
-			`entry[0].changes[3]: field "message_template_status_update"`,
 		},
 	})
+	type short struct{ kind, field, code, subject, lang, value, pnid string }
+	var gotN []short
+	keys := map[string]bool{}
+	for _, n := range got.Notices {
+		gotN = append(gotN, short{n.Kind, n.Field, n.Code, n.Subject, n.Lang, n.Value, n.PhoneNumberID})
+		keys[n.DedupeKey] = true
+		if n.Detail == "" || !n.At.Equal(unix(1795946600)) {
+			t.Errorf("notice %+v: no detail or time", n)
+		}
+	}
+	want := []short{
+		{store.NoticeAccount, "account_update", "", "", "", "VERIFIED_ACCOUNT", ""},
+		{store.NoticeError, "errors", "130429", "", "", "Rate limit hit", pnid},
+		{store.NoticeUnknown, "message_template_status_update", "", "", "", "APPROVED", ""},
+		{store.NoticeTemplate, "message_template_status_update", "", "order_update", "en_US", "PAUSED", ""},
+		{store.NoticeQuality, "phone_number_quality_update", "", "15550783881", "", "FLAGGED TIER_1K", ""},
+		{store.NoticeUnknown, "flows", "", "", "", "FLOW_STATUS_CHANGE", ""},
+	}
+	if !reflect.DeepEqual(gotN, want) {
+		t.Errorf("notices\n got %+v\nwant %+v", gotN, want)
+	}
+	if len(keys) != len(want) {
+		t.Errorf("dedupe keys are not distinct: %v", keys)
+	}
+	again, _ := WhatsApp([]byte(body))
+	for i := range again.Notices {
+		if again.Notices[i].DedupeKey != got.Notices[i].DedupeKey {
+			t.Error("the same body must give the same dedupe keys (Meta redelivers the same bytes)")
+		}
+	}
 }
 
 // malformedWhatsApp are bodies whose envelope is not a WhatsApp webhook;
@@ -745,8 +787,6 @@ func TestHTTPIgnored(t *testing.T) {
 			`message.status: status "queued" of msg_1`},
 		{`{"type":"message.status","timestamp":"2026-11-29T10:00:00Z","data":{"id":"msg_1","status":"played"}}`,
 			`message.status: status "played" of msg_1`},
-		{`{"type":"endpoint.test","timestamp":"2026-11-29T10:00:00Z","data":{}}`, `type "endpoint.test"`},
-		{`{"type":"message.deleted"}`, `type "message.deleted"`},
 	}
 	for _, tt := range tests {
 		got, err := HTTP([]byte(tt.body), "msg_x")
@@ -755,6 +795,22 @@ func TestHTTPIgnored(t *testing.T) {
 			continue
 		}
 		checkBatch(t, got, &Batch{Ignored: []string{tt.want}})
+	}
+}
+
+// TestHTTPUnknownTypesAreKept: an event type msgq does not read is a
+// notice of kind unknown, body and all, deduplicated by its webhook-id.
+func TestHTTPUnknownTypesAreKept(t *testing.T) {
+	for _, body := range []string{`{"type":"endpoint.test","timestamp":"2026-11-29T10:00:00Z","data":{}}`, `{"type":"message.deleted"}`} {
+		got, err := HTTP([]byte(body), "msg_x")
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		checkBatch(t, got, &Batch{})
+		if len(got.Notices) != 1 || got.Notices[0].Kind != store.NoticeUnknown || got.Notices[0].Detail != body ||
+			got.Notices[0].DedupeKey != "wh:msg_x" || !strings.HasPrefix(body, `{"type":"`+got.Notices[0].Field+`"`) {
+			t.Errorf("%s: notices %+v", body, got.Notices)
+		}
 	}
 }
 

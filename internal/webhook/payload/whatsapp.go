@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -16,7 +17,8 @@ type waBody struct {
 }
 
 type waEntry struct {
-	Changes []waChange `json:"changes"`
+	Time    json.RawMessage `json:"time"`
+	Changes []waChange      `json:"changes"`
 }
 
 type waChange struct {
@@ -45,6 +47,7 @@ type waStatus struct {
 	Status    string          `json:"status"`
 	Timestamp json.RawMessage `json:"timestamp"`
 	Callback  string          `json:"biz_opaque_callback_data"`
+	Recipient string          `json:"recipient_id"`
 	// Raw: kept verbatim as the row's last error.
 	Errors json.RawMessage `json:"errors"`
 }
@@ -114,10 +117,10 @@ func WhatsApp(body []byte) (*Batch, error) {
 		for j, c := range e.Changes {
 			at := fmt.Sprintf("entry[%d].changes[%d]", i, j)
 			if c.Field != "messages" {
-				batch.Ignored = append(batch.Ignored, fmt.Sprintf("%s: field %.60q", at, c.Field))
+				batch.waNotice(c.Field, e.Time, c.Value)
 				continue
 			}
-			if err := batch.waChange(at, c.Value); err != nil {
+			if err := batch.waChange(at, e.Time, c.Value); err != nil {
 				return nil, err
 			}
 		}
@@ -125,7 +128,7 @@ func WhatsApp(body []byte) (*Batch, error) {
 	return batch, nil
 }
 
-func (b *Batch) waChange(at string, raw json.RawMessage) error {
+func (b *Batch) waChange(at string, entryTime, raw json.RawMessage) error {
 	if len(raw) == 0 || raw[0] != '{' {
 		return malformed("%s.value is not an object", at)
 	}
@@ -153,9 +156,74 @@ func (b *Batch) waChange(at string, raw json.RawMessage) error {
 		b.waMessage(fmt.Sprintf("%s.value.messages[%d]", at, k), item, md.PhoneNumberID)
 	}
 	if present(v.Errors) {
-		b.Ignored = append(b.Ignored, fmt.Sprintf("%s: errors %s", at, errorCodes(v.Errors)))
+		// About the number or the account, not a message: each error is
+		// a notice of the number's identity.
+		var errs []json.RawMessage
+		if v.Errors[0] != '[' || json.Unmarshal(v.Errors, &errs) != nil {
+			errs = []json.RawMessage{v.Errors}
+		}
+		for _, e := range errs {
+			var we struct {
+				Code    json.RawMessage `json:"code"`
+				Title   string          `json:"title"`
+				Message string          `json:"message"`
+			}
+			_ = json.Unmarshal(e, &we)
+			value := we.Title
+			if value == "" {
+				value = we.Message
+			}
+			b.Notices = append(b.Notices, Note{Notice: store.Notice{Provider: store.WebhookWhatsApp, Kind: store.NoticeError,
+				Field: "errors", Code: text(code(we.Code)), Value: text(value), Detail: string(e),
+				DedupeKey: noticeKey("errors", entryTime, e), At: entryAt(entryTime)}, PhoneNumberID: text(md.PhoneNumberID)})
+		}
 	}
 	return nil
+}
+
+// waNotice reads a change that is not about messages: template status,
+// number quality, account updates, and any field msgq does not know
+// (kept as unknown). It never fails: whatever it is, it is kept.
+func (b *Batch) waNotice(field string, entryTime, raw json.RawMessage) {
+	var v struct {
+		Event         string `json:"event"`
+		Name          string `json:"message_template_name"`
+		Language      string `json:"message_template_language"`
+		Reason        string `json:"reason"`
+		DisplayNumber string `json:"display_phone_number"`
+		CurrentLimit  string `json:"current_limit"`
+		PhoneNumberID string `json:"phone_number_id"`
+		Decision      string `json:"decision"`
+	}
+	_ = json.Unmarshal(raw, &v)
+	n := store.Notice{Provider: store.WebhookWhatsApp, Field: text(field), Kind: store.NoticeUnknown, Value: text(v.Event),
+		Detail: string(raw), DedupeKey: noticeKey(field, entryTime, raw), At: entryAt(entryTime)}
+	switch field {
+	case "message_template_status_update":
+		n.Kind, n.Subject, n.Lang = store.NoticeTemplate, text(v.Name), text(v.Language)
+		if n.Subject == "" {
+			n.Kind = store.NoticeUnknown // a template update that names no template
+		}
+	case "phone_number_quality_update":
+		n.Kind, n.Subject = store.NoticeQuality, text(v.DisplayNumber)
+		if v.CurrentLimit != "" {
+			n.Value = text(strings.TrimSpace(v.Event + " " + v.CurrentLimit))
+		}
+	case "account_update", "account_review_update", "account_alerts", "business_capability_update", "security":
+		n.Kind = store.NoticeAccount
+		if n.Value == "" {
+			n.Value = text(v.Decision)
+		}
+	}
+	b.Notices = append(b.Notices, Note{Notice: n, PhoneNumberID: text(v.PhoneNumberID)})
+}
+
+// entryAt reads an entry's time (Unix seconds), zero when it has none.
+func entryAt(raw json.RawMessage) time.Time {
+	if _, t, err := unixSeconds(raw); err == nil {
+		return t
+	}
+	return time.Time{}
 }
 
 // waItems splits a statuses or messages array into its items, still
@@ -215,6 +283,13 @@ func (b *Batch) waStatus(at string, raw json.RawMessage, pnid string) {
 		Status:      st,
 		At:          t,
 		CallbackRef: s.Callback,
+	}
+	if s.Recipient != "" {
+		// Meta names the recipient by bare digits (a wa_id); one that is
+		// not a number (a group, a username) is not compared.
+		if r := "+" + strings.TrimPrefix(s.Recipient, "+"); e164(r) {
+			ev.Recipient = r
+		}
 	}
 	if st == state.Failed && present(s.Errors) {
 		if s.Errors[0] != '[' {
@@ -280,6 +355,16 @@ func (b *Batch) waMessage(at string, raw json.RawMessage, pnid string) {
 	}
 	if m.Context != nil {
 		in.ContextID = m.Context.ID
+	}
+	if m.Type == "reaction" && in.ContextID == "" {
+		// A reaction names the message reacted to in reaction.message_id:
+		// it is about that message as a reply is, and attributed the same
+		// way.
+		var r struct {
+			MessageID string `json:"message_id"`
+		}
+		_ = json.Unmarshal(m.Reaction, &r)
+		in.ContextID = r.MessageID
 	}
 	switch {
 	case m.Type == "text" && m.Text != nil:
@@ -379,21 +464,4 @@ func joinNonEmpty(sep string, parts ...string) string {
 		}
 	}
 	return strings.Join(kept, sep)
-}
-
-// errorCodes lists the codes of an errors array for a log line.
-func errorCodes(raw json.RawMessage) string {
-	var errs []waError
-	if json.Unmarshal(raw, &errs) != nil {
-		return "(unreadable)"
-	}
-	codes := make([]string, 0, len(errs))
-	for _, e := range errs {
-		c := code(e.Code)
-		if c == "" {
-			c = "?"
-		}
-		codes = append(codes, c)
-	}
-	return "[" + strings.Join(codes, " ") + "]"
 }

@@ -1,0 +1,93 @@
+package sqlite_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/sqlite"
+	"github.com/msgq/msgq/internal/store/storetest"
+)
+
+// TestMigrationListsProviderIDCollisionsInsteadOfFailing: rows written
+// before provider ids were unique per identity may share one. Migration
+// 0008 must not fail on them (nor drop or change them): it marks them,
+// the store lists them, and evidence naming the id is set aside.
+func TestMigrationListsProviderIDCollisionsInsteadOfFailing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "msgq.db")
+	s, err := sqlite.Open(ctx, path, sqlite.Options{NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.MigrateToForTest(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, k := range []struct{ key, identity string }{{"a", "demo-1"}, {"b", "demo-1"}, {"c", "demo-2"}, {"d", "demo-1"}} {
+		p := storetest.Params(k.key)
+		p.Identity = k.identity
+		r, err := s.MessageEnqueue(ctx, &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[k.key] = r.Message.ID
+	}
+	// As version 7 allowed: a and b share wamid.1 in demo-1; c has it in demo-2.
+	for key, pid := range map[string]string{"a": "wamid.1", "b": "wamid.1", "c": "wamid.1", "d": "wamid.2"} {
+		if _, err := s.ExecForTest(ctx, "UPDATE messages SET state = 'sent', provider_id = '"+pid+"' WHERE id = '"+ids[key]+"'"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applied, err := s.Migrate(ctx)
+	if err != nil {
+		t.Fatalf("the migration failed on existing collisions: %v", err)
+	}
+	if len(applied) == 0 || applied[0] != 8 {
+		t.Errorf("applied %v", applied)
+	}
+	col, err := s.ProviderIDCollisions(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(col) != 2 || col[0].MessageID != min(ids["a"], ids["b"]) || col[1].MessageID != max(ids["a"], ids["b"]) ||
+		col[0].Identity != "demo-1" || col[0].ProviderID != "wamid.1" || col[0].State != state.Sent {
+		t.Errorf("collisions %+v", col)
+	}
+	ws, err := s.WebhookStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws.ProviderIDCollisions != 2 {
+		t.Errorf("stats %+v", ws)
+	}
+	// The index holds from now on: evidence for demo-2's wamid.1 lands on
+	// c, demo-1's is set aside.
+	evs := []store.WebhookEvent{{Provider: store.WebhookWhatsApp, Identity: "demo-1", Body: []byte(`{}`)}}
+	if err := s.WebhookStore(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	st := func(identity string) store.StatusEvidence {
+		return store.StatusEvidence{Provider: store.WebhookWhatsApp, Identity: identity, ProviderID: "wamid.1",
+			Status: state.Delivered, At: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), DedupeKey: identity + "|wamid.1|delivered"}
+	}
+	if _, err := s.WebhookIngest(ctx, []store.IngestParams{{EventID: evs[0].ID, Statuses: []store.StatusEvidence{st("demo-1"), st("demo-2")}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.EvidenceApply(ctx, &store.ApplyParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, a := range res.Applied {
+		got[a.MessageID] = a.Outcome
+	}
+	if len(res.Applied) != 2 || got[ids["c"]] != store.EvidenceApplied || got[""] != store.EvidenceSuspect {
+		t.Errorf("apply %+v", res.Applied)
+	}
+}
