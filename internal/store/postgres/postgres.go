@@ -24,9 +24,13 @@ var migrationFS embed.FS
 
 // Store is the PostgreSQL implementation of store.Store.
 type Store struct {
-	pool *pgxpool.Pool
+	pool *db
 	now  func() time.Time
 	log  *slog.Logger
+	// pooled, when set, says why the store takes a transaction pooler to
+	// be in front of the server (pooler.go): nothing lasts between
+	// transactions.
+	pooled string
 
 	ids *store.IDs
 }
@@ -49,6 +53,13 @@ type Options struct {
 
 // Open connects to the database at url and, unless opts.NoMigrate, brings
 // its schema up to date.
+//
+// The URL's pooler parameter (msgq's own, not sent to the server) says
+// whether a transaction pooler stands in front of the server:
+// pooler=transaction, pooler=none, or pooler=auto (the default), which
+// opens one connection first to find out (probePooler). Behind one, the
+// store keeps nothing between transactions (pooler.go). A bad value is an
+// *store.InvalidError.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -60,17 +71,54 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	if opts.Schema != "" {
-		if err := createSchema(ctx, cfg.ConnConfig.Copy(), opts.Schema); err != nil {
+	mode, err := takePoolerMode(cfg.ConnConfig.RuntimeParams)
+	if err != nil {
+		return nil, err
+	}
+	var conn *pgx.Conn // one connection before the pool: the probe's
+	var pooled string
+	switch mode {
+	case poolerAuto:
+		if conn, pooled, err = probePooler(ctx, cfg.ConnConfig); err != nil {
 			return nil, err
 		}
+	case poolerTransaction:
+		pooled = "pooler=transaction in the URL"
+	}
+	if opts.Schema != "" {
+		if conn == nil {
+			if conn, err = pgx.ConnectConfig(ctx, safeConfig(cfg.ConnConfig)); err != nil {
+				return nil, fmt.Errorf("postgres: connect: %w", err)
+			}
+		}
+		err = createSchema(ctx, conn, opts.Schema)
 		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
+	}
+	if conn != nil {
+		closeQuietly(conn)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var local string
+	if pooled != "" {
+		if local, err = usePooler(cfg); err != nil {
+			return nil, err
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	s := &Store{pool: pool, now: opts.Now, log: opts.Log, ids: store.NewIDs()}
+	s := &Store{pool: &db{Pool: pool, local: local}, now: opts.Now, log: opts.Log, ids: store.NewIDs(), pooled: pooled}
+	if local != "" {
+		// A setting the server refuses would otherwise fail each
+		// statement later, far from the URL that named it.
+		if _, err := pool.Exec(ctx, local); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("postgres: behind a transaction pooler (%s) the URL's settings are applied to each transaction, and the server refused them: %w", pooled, err)
+		}
+	}
 	if !opts.NoMigrate {
 		if _, err := s.Migrate(ctx); err != nil {
 			s.Close()
@@ -80,12 +128,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-func createSchema(ctx context.Context, cc *pgx.ConnConfig, schema string) error {
-	c, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return fmt.Errorf("postgres: connect: %w", err)
-	}
-	defer c.Close(ctx)
+func createSchema(ctx context.Context, c *pgx.Conn, schema string) error {
 	var exists bool
 	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
 		return fmt.Errorf("postgres: schema %s: %w", schema, err)
@@ -93,7 +136,7 @@ func createSchema(ctx context.Context, cc *pgx.ConnConfig, schema string) error 
 	if exists {
 		return nil
 	}
-	_, err = c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize())
+	_, err := c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize())
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" {
 		err = nil // created by another process meanwhile
