@@ -64,7 +64,7 @@ func takePoolerMode(params map[string]string) (string, error) {
 	case mode == poolerTransaction, mode == poolerNone:
 		return mode, nil
 	}
-	return "", &store.InvalidError{Field: "store URL", Msg: fmt.Sprintf("pooler=%q: want pooler=auto (the default: detect one), pooler=transaction (behind a transaction pooler) or pooler=none", mode)}
+	return "", &store.InvalidError{Msg: fmt.Sprintf("pooler=%q in the URL: want auto (the default: detect a pooler), transaction (a transaction pooler is in front of the server) or none (there is none, or it keeps sessions)", mode)}
 }
 
 // safeConfig is cc trimmed to what works both on a server and through a
@@ -180,7 +180,7 @@ func parseOptions(opts string) ([][2]string, error) {
 		words = append(words, w.String())
 	}
 	bad := func(why string) error {
-		return &store.InvalidError{Field: "store URL", Msg: fmt.Sprintf("options %q: %s; behind a transaction pooler msgq applies settings (-c name=value, --name=value) to each transaction, and nothing else can be applied", opts, why)}
+		return &store.InvalidError{Msg: fmt.Sprintf("options %q in the URL: %s; behind a transaction pooler msgq applies settings (-c name=value, --name=value) to each transaction, and nothing else can be", opts, why)}
 	}
 	var out [][2]string
 	for i := 0; i < len(words); i++ {
