@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -68,86 +69,131 @@ func takePoolerMode(params map[string]string) (string, error) {
 }
 
 // safeConfig is cc trimmed to what works both on a server and through a
-// transaction pooler: the simple protocol, no statement cache, and only
-// the startup parameters a pooler carries over. The probe and the schema
-// creation connect with it.
+// transaction pooler, with the simple protocol: the schema creation of
+// Options.Schema connects with it, before the pool exists.
 func safeConfig(cc *pgx.ConnConfig) *pgx.ConnConfig {
 	c := cc.Copy()
+	trimForPooler(c)
 	c.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
-	c.StatementCacheCapacity, c.DescriptionCacheCapacity = 0, 0
-	for k := range c.RuntimeParams {
-		if !trackedParams[strings.ToLower(k)] {
-			delete(c.RuntimeParams, k)
-		}
-	}
 	return c
 }
 
-// probePooler connects with safeConfig(cc) and says whether a pooler
-// answers for the server: the process id the connection announced at
-// startup (BackendKeyData, which a client needs to cancel its queries)
-// is not the process that runs them (pg_backend_pid()). A pooler that
-// lends server connections per transaction must announce one of its
-// own, since the client has no one server process. A plain TCP proxy
-// passes the server's through, and so does a session pooler that hands
-// each client one server connection for good (pgpool-II): both keep
-// sessions. pgbouncer announces its own in session mode too: that case
-// is taken as transaction pooling (safe, but without wake-ups), and
-// pooler=none says otherwise. The connection is returned open, for the
-// caller's own use before the pool exists.
-func probePooler(ctx context.Context, cc *pgx.ConnConfig) (*pgx.Conn, string, error) {
-	conn, err := pgx.ConnectConfig(ctx, safeConfig(cc))
-	if err != nil {
-		return nil, "", fmt.Errorf("postgres: connect: %w", err)
-	}
-	var pid int64
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		closeQuietly(conn)
-		return nil, "", fmt.Errorf("postgres: connect: %w", err)
-	}
-	if announced := int64(conn.PgConn().PID()); announced != pid {
-		return conn, fmt.Sprintf("a pooler was detected: the connection announced process %d, the server runs it as %d; pooler=none in the URL says otherwise", announced, pid), nil
-	}
-	return conn, "", nil
-}
-
-// usePooler sets cfg up for a transaction pooler and returns the
-// statement that applies the startup settings it took out of the
-// connection (empty when there are none).
-func usePooler(cfg *pgxpool.Config) (string, error) {
-	cc := cfg.ConnConfig
+// trimForPooler sets cc up for a transaction pooler: unnamed statements,
+// no caches, and only the startup parameters a pooler carries over.
+func trimForPooler(cc *pgx.ConnConfig) {
 	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cc.StatementCacheCapacity, cc.DescriptionCacheCapacity = 0, 0
+	for k := range cc.RuntimeParams {
+		if !trackedParams[strings.ToLower(k)] {
+			delete(cc.RuntimeParams, k)
+		}
+	}
+}
+
+// settingsOf returns the startup settings of cc that a transaction pooler
+// would refuse (or pass to one server connection only): what options
+// sets, then the other parameters by name, as on a server, where a
+// parameter of its own beats the same one in options. Options that are
+// not settings are an *store.InvalidError.
+func settingsOf(cc *pgx.ConnConfig) ([][2]string, error) {
 	var settings [][2]string
 	if opts, ok := cc.RuntimeParams["options"]; ok {
 		s, err := parseOptions(opts)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		settings = append(settings, s...)
-		delete(cc.RuntimeParams, "options")
 	}
-	// After options, as on a server, where a parameter of its own beats
-	// the same one in options.
 	var names []string
 	for k := range cc.RuntimeParams {
-		if !trackedParams[strings.ToLower(k)] {
+		if !trackedParams[strings.ToLower(k)] && k != "options" {
 			names = append(names, k)
 		}
 	}
 	sort.Strings(names)
 	for _, k := range names {
 		settings = append(settings, [2]string{k, cc.RuntimeParams[k]})
-		delete(cc.RuntimeParams, k)
 	}
+	return settings, nil
+}
+
+// setConfigSQL is the statement that makes settings, for the current
+// transaction only (local) or for the session; empty when there are none.
+// It has no arguments, so that it can follow a BEGIN in one message.
+func setConfigSQL(settings [][2]string, local bool) string {
 	if len(settings) == 0 {
-		return "", nil
+		return ""
 	}
 	calls := make([]string, len(settings))
 	for i, s := range settings {
-		calls[i] = "set_config(" + quoteLiteral(s[0]) + ", " + quoteLiteral(s[1]) + ", true)"
+		calls[i] = "set_config(" + quoteLiteral(s[0]) + ", " + quoteLiteral(s[1]) + ", " + fmt.Sprint(local) + ")"
 	}
-	return "SELECT " + strings.Join(calls, ", "), nil
+	return "SELECT " + strings.Join(calls, ", ")
+}
+
+// errReconnect discards the pool's first connection, on a server, when
+// the URL has settings that only a connection's startup can make: the
+// next one is made with them.
+var errReconnect = errors.New("postgres: reconnect with the URL's startup settings")
+
+// detector finds out, on the pool's first connection, whether a pooler
+// answers for the server: the process id the connection announced at
+// startup (BackendKeyData, which a client needs to cancel its queries)
+// is not the process that runs its statements (pg_backend_pid()). A
+// pooler that lends server connections per transaction must announce one
+// of its own, as the client has no one server process. A plain TCP proxy
+// passes the server's through, and so does a pooler that gives each
+// client one server connection for good (pgpool-II): both keep sessions.
+// pgbouncer announces its own in session mode too; that is taken for
+// transaction pooling (safe, without wake-ups), and pooler=none says
+// otherwise.
+//
+// Until it knows, a connection is made as for a pooler (a pooler would
+// refuse search_path or options at startup). The first one, on a server,
+// then makes the URL's settings for its session (or, when only a startup
+// can make them, is replaced); the later ones are made with the URL's
+// configuration as it is, and keep a statement cache.
+type detector struct {
+	mu       sync.Mutex
+	decided  bool
+	pooled   string
+	settings [][2]string
+	bad      error // the URL's options are not settings
+}
+
+func (d *detector) beforeConnect(_ context.Context, cc *pgx.ConnConfig) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.decided || d.pooled != "" {
+		trimForPooler(cc)
+	}
+	return nil
+}
+
+func (d *detector) afterConnect(ctx context.Context, conn *pgx.Conn) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.decided {
+		return nil
+	}
+	var pid int64
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return err
+	}
+	d.decided = true
+	if announced := int64(conn.PgConn().PID()); announced != pid {
+		d.pooled = fmt.Sprintf("a pooler was detected: the connection announced process %d, the server runs it as %d; pooler=none in the URL says otherwise", announced, pid)
+		return nil
+	}
+	if d.bad != nil {
+		return errReconnect
+	}
+	if len(d.settings) > 0 {
+		if _, err := conn.Exec(ctx, setConfigSQL(d.settings, false)); err != nil {
+			return errReconnect
+		}
+	}
+	return nil
 }
 
 // parseOptions reads libpq's options (PGOPTIONS): command-line switches

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/store/storetest"
@@ -112,6 +113,34 @@ func TestPoolerDetection(t *testing.T) {
 			}
 		})
 	}
+	// On a server, the pool's first connection is made as for a pooler,
+	// and then makes the URL's settings itself; one that only a startup
+	// can make (log_connections) has it made again with them. Either way
+	// every connection has them.
+	t.Run("the URL's settings on a server", func(t *testing.T) {
+		h := open(t, withQuery(t, withQuery(t, direct, "options", "-c log_connections=on"), "work_mem", "5MB"), schema, Options{})
+		if h.pooled != "" {
+			t.Fatalf("pooled = %q", h.pooled)
+		}
+		conns := make([]*pgxpool.Conn, 3)
+		for i := range conns {
+			c, err := h.pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns[i] = c
+			var lc, wm, sp string
+			if err := c.QueryRow(ctx, "SELECT current_setting('log_connections'), current_setting('work_mem'), current_setting('search_path')").Scan(&lc, &wm, &sp); err != nil {
+				t.Fatal(err)
+			}
+			if lc != "on" || wm != "5MB" || !strings.Contains(sp, schema) {
+				t.Errorf("connection %d: log_connections %s, work_mem %s, search_path %s", i, lc, wm, sp)
+			}
+		}
+		for _, c := range conns {
+			c.Release()
+		}
+	})
 	if _, err := Open(ctx, withQuery(t, direct, "pooler", "always"), Options{Schema: schema}); !isInvalid(err) {
 		t.Errorf("pooler=always: %v, want an InvalidError", err)
 	}
@@ -227,8 +256,10 @@ func scanOne(rs pgx.Rows, dest ...any) error {
 // it may count on a session lasting from one transaction to the next, as
 // it does not behind a transaction pooler. Advisory locks are taken with
 // pg_advisory_xact_lock (released at commit), settings with
-// set_config(..., true) or SET LOCAL, and LISTEN only in notify.go,
-// which Enqueued does not reach behind a pooler.
+// set_config(..., true) or SET LOCAL (pooler.go makes the URL's
+// settings for a session only once it knows a server holds it), and
+// LISTEN only in notify.go, which Enqueued does not reach behind a
+// pooler.
 func TestNoSessionStateInTheStore(t *testing.T) {
 	files, err := filepath.Glob("*.go")
 	if err != nil {
@@ -287,4 +318,39 @@ func withQuery(t testing.TB, raw, key, val string) string {
 func isInvalid(err error) bool {
 	var ie *store.InvalidError
 	return errors.As(err, &ie)
+}
+
+// BenchmarkOpen is what a command pays to open the store (migrated
+// already): with pooler=auto the probe's connection comes first, which
+// pooler=none and pooler=transaction skip.
+func BenchmarkOpen(b *testing.B) {
+	direct := testURL(b)
+	schema := freshSchema(b, direct)
+	s, err := Open(context.Background(), direct, Options{Schema: schema})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Close()
+	urls := map[string]string{"direct/auto": direct, "direct/none": withQuery(b, direct, "pooler", "none")}
+	if p := os.Getenv("MSGQ_TEST_PGBOUNCER_URL"); p != "" {
+		urls["pgbouncer/auto"], urls["pgbouncer/transaction"] = p, withQuery(b, p, "pooler", "transaction")
+	}
+	for _, name := range []string{"direct/auto", "direct/none", "pgbouncer/auto", "pgbouncer/transaction"} {
+		u, ok := urls[name]
+		if !ok {
+			continue
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				s, err := Open(context.Background(), withQuery(b, u, "search_path", schema), Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.MessageGet(context.Background(), "", "nosuch"); !errors.Is(err, store.ErrNotFound) {
+					b.Fatal(err)
+				}
+				s.Close()
+			}
+		})
+	}
 }

@@ -56,8 +56,8 @@ type Options struct {
 //
 // The URL's pooler parameter (msgq's own, not sent to the server) says
 // whether a transaction pooler stands in front of the server:
-// pooler=transaction, pooler=none, or pooler=auto (the default), which
-// opens one connection first to find out (probePooler). Behind one, the
+// pooler=transaction, pooler=none, or pooler=auto (the default), where
+// the pool's first connection finds out (detector). Behind one, the
 // store keeps nothing between transactions (pooler.go). A bad value is an
 // *store.InvalidError.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
@@ -75,40 +75,47 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	var conn *pgx.Conn // one connection before the pool: the probe's
+	if opts.Schema != "" {
+		if err := createSchema(ctx, safeConfig(cfg.ConnConfig), opts.Schema); err != nil {
+			return nil, err
+		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
+	}
+	settings, badSettings := settingsOf(cfg.ConnConfig)
+	var det *detector
 	var pooled string
 	switch mode {
 	case poolerAuto:
-		if conn, pooled, err = probePooler(ctx, cfg.ConnConfig); err != nil {
-			return nil, err
-		}
+		det = &detector{settings: settings, bad: badSettings}
+		cfg.BeforeConnect, cfg.AfterConnect = det.beforeConnect, det.afterConnect
 	case poolerTransaction:
 		pooled = "pooler=transaction in the URL"
-	}
-	if opts.Schema != "" {
-		if conn == nil {
-			if conn, err = pgx.ConnectConfig(ctx, safeConfig(cfg.ConnConfig)); err != nil {
-				return nil, fmt.Errorf("postgres: connect: %w", err)
-			}
-		}
-		err = createSchema(ctx, conn, opts.Schema)
-		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
-	}
-	if conn != nil {
-		closeQuietly(conn)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var local string
-	if pooled != "" {
-		if local, err = usePooler(cfg); err != nil {
-			return nil, err
-		}
+		trimForPooler(cfg.ConnConfig)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
+	}
+	if det != nil {
+		// The first connection finds out.
+		c, err := pool.Acquire(ctx)
+		if errors.Is(err, errReconnect) {
+			c, err = pool.Acquire(ctx)
+		}
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: connect: %w", err)
+		}
+		c.Release()
+		pooled = det.pooled
+	}
+	var local string
+	if pooled != "" {
+		if badSettings != nil {
+			pool.Close()
+			return nil, badSettings
+		}
+		local = setConfigSQL(settings, true)
 	}
 	s := &Store{pool: &db{Pool: pool, local: local}, now: opts.Now, log: opts.Log, ids: store.NewIDs(), pooled: pooled}
 	if local != "" {
@@ -128,7 +135,12 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-func createSchema(ctx context.Context, c *pgx.Conn, schema string) error {
+func createSchema(ctx context.Context, cc *pgx.ConnConfig, schema string) error {
+	c, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("postgres: connect: %w", err)
+	}
+	defer closeQuietly(c)
 	var exists bool
 	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
 		return fmt.Errorf("postgres: schema %s: %w", schema, err)
@@ -136,7 +148,7 @@ func createSchema(ctx context.Context, c *pgx.Conn, schema string) error {
 	if exists {
 		return nil
 	}
-	_, err := c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize())
+	_, err = c.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize())
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" {
 		err = nil // created by another process meanwhile
