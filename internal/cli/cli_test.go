@@ -67,6 +67,36 @@ func TestScriptsPostgres(t *testing.T) {
 	}))
 }
 
+// TestScriptsPooler runs the scripts once more on PostgreSQL, through a
+// transaction-mode pgbouncer (MSGQ_TEST_PGBOUNCER_URL; .ci/run starts
+// one): MSGQ_STORE names the pooler, with the script's schema in
+// search_path, as a user behind one would write it, and msgq finds out
+// by itself that a pooler is there. [postgres] lines hold here too; sql
+// looks at the server directly; [pooler] lines run in this run only.
+func TestScriptsPooler(t *testing.T) {
+	t.Parallel()
+	base, pooler := postgresURL(t), pgbouncerURL(t)
+	testscript.Run(t, scriptParams("pooler", func(env *testscript.Env) error {
+		schema, drop, err := newSchema(base, "msgq_pooled")
+		if err != nil {
+			return err
+		}
+		env.Defer(drop)
+		u, err := urlWith(pooler, "search_path", schema)
+		if err != nil {
+			return err
+		}
+		direct, err := urlWith(base, "search_path", schema)
+		if err != nil {
+			return err
+		}
+		env.Setenv("MSGQ_STORE", u)
+		env.Setenv("PGSTORE", u)
+		env.Values[sqlURL{}] = direct
+		return nil
+	}))
+}
+
 type sqlURL struct{}
 
 func scriptParams(kind string, setup func(*testscript.Env) error) testscript.Params {
@@ -80,8 +110,10 @@ func scriptParams(kind string, setup func(*testscript.Env) error) testscript.Par
 		},
 		Condition: func(cond string) (bool, error) {
 			switch cond {
-			case "sqlite", "postgres":
+			case "sqlite", "pooler":
 				return cond == kind, nil
+			case "postgres": // directly or through the pooler
+				return kind == "postgres" || kind == "pooler", nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},

@@ -75,7 +75,8 @@ kept on the row as evidence (an attempt and a history entry, not applied).
 
 Without --follow, drain exits 0 as soon as nothing is eligible: run it from cron.
 With --follow it keeps going; when idle it looks again every --poll, and on
-PostgreSQL it also wakes as soon as any process enqueues (LISTEN/NOTIFY).
+PostgreSQL it also wakes as soon as any process enqueues (LISTEN/NOTIFY; not
+behind a transaction pooler, where it says so once and polls).
 SIGINT/SIGTERM stop claiming; calls in flight get --grace to finish and their
 outcomes are recorded. A one-line summary goes to stderr; -o json prints it as
 an object on stdout.
@@ -160,7 +161,7 @@ an object on stdout.
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long calls in flight may finish")
 	f.DurationVar(&o.holdFor, "hold-for", time.Hour, "how long free-form text to a closed customer-service window (with no fallback template) waits before it is tried again")
 	addClockWarnFlag(cmd)
-	f.DurationVar(&o.poll, "poll", 2*time.Second, "with --follow, how often an idle drain looks for due rows (on PostgreSQL an enqueue also wakes it at once)")
+	f.DurationVar(&o.poll, "poll", 2*time.Second, "with --follow, how often an idle drain looks for due rows (on PostgreSQL an enqueue also wakes it at once, except behind a transaction pooler)")
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -31,6 +32,20 @@ func postgresURL(t *testing.T) string {
 	return u
 }
 
+// pgbouncerURL is a transaction-mode pgbouncer in front of postgresURL's
+// server (MSGQ_TEST_PGBOUNCER_URL), or a skip (a failure in CI).
+func pgbouncerURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv("MSGQ_TEST_PGBOUNCER_URL")
+	if u == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("MSGQ_TEST_PGBOUNCER_URL is not set: the tests through a pooler must not skip in CI")
+		}
+		t.Skip("MSGQ_TEST_PGBOUNCER_URL is not set")
+	}
+	return u
+}
+
 // withParam returns the URL raw with the query parameter key set to val.
 func withParam(t testing.TB, raw, key, val string) string {
 	t.Helper()
@@ -48,7 +63,8 @@ func urlWith(raw, key, val string) (string, error) {
 	}
 	q := u.Query()
 	q.Set(key, val)
-	u.RawQuery = q.Encode()
+	// Spaces as %20: libpq and pgx read a + in a URL as a +.
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 	return u.String(), nil
 }
 

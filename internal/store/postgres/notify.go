@@ -27,7 +27,15 @@ var _ store.Listener = (*Store)(nil)
 // with backoff, and the channel is signalled once it is back, since rows
 // may have been enqueued meanwhile. The first LISTEN is done before
 // Enqueued returns, so no enqueue committed after that is missed.
+//
+// Behind a transaction pooler a LISTEN lasts as long as the transaction
+// that sent it: Enqueued returns ErrNoWakeups, saying why the store takes
+// a pooler to be there. Enqueues still NOTIFY, for drains that reach the
+// server directly.
 func (s *Store) Enqueued(ctx context.Context) (<-chan struct{}, error) {
+	if s.pooled != "" {
+		return nil, fmt.Errorf("postgres: %w: %s", ErrNoWakeups, s.pooled)
+	}
 	conn, schema, err := s.listen(ctx)
 	if err != nil {
 		return nil, err

@@ -24,9 +24,13 @@ var migrationFS embed.FS
 
 // Store is the PostgreSQL implementation of store.Store.
 type Store struct {
-	pool *pgxpool.Pool
+	pool *db
 	now  func() time.Time
 	log  *slog.Logger
+	// pooled, when set, says why the store takes a transaction pooler to
+	// be in front of the server (pooler.go): nothing lasts between
+	// transactions.
+	pooled string
 
 	ids *store.IDs
 }
@@ -51,6 +55,13 @@ type Options struct {
 
 // Open connects to the database at url and, unless opts.NoMigrate, brings
 // its schema up to date.
+//
+// The URL's pooler parameter (msgq's own, not sent to the server) says
+// whether a transaction pooler stands in front of the server:
+// pooler=transaction, pooler=none, or pooler=auto (the default), where
+// the pool's first connection finds out (detector). Behind one, the
+// store keeps nothing between transactions (pooler.go). A bad value is an
+// *store.InvalidError.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -59,17 +70,61 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
+	mode, err := takePoolerMode(cfg.ConnConfig.RuntimeParams)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Schema != "" {
-		if err := createSchema(ctx, cfg.ConnConfig.Copy(), opts.Schema); err != nil {
+		if err := createSchema(ctx, safeConfig(cfg.ConnConfig), opts.Schema); err != nil {
 			return nil, err
 		}
 		cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{opts.Schema}.Sanitize()
+	}
+	settings, badSettings := settingsOf(cfg.ConnConfig)
+	var det *detector
+	var pooled string
+	switch mode {
+	case poolerAuto:
+		det = &detector{settings: settings, bad: badSettings}
+		cfg.BeforeConnect, cfg.AfterConnect = det.beforeConnect, det.afterConnect
+	case poolerTransaction:
+		pooled = "pooler=transaction in the URL"
+		trimForPooler(cfg.ConnConfig)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	s := &Store{pool: pool, now: opts.Now, log: opts.Log, ids: store.NewIDs()}
+	if det != nil {
+		// The first connection finds out.
+		c, err := pool.Acquire(ctx)
+		if errors.Is(err, errReconnect) {
+			c, err = pool.Acquire(ctx)
+		}
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("postgres: connect: %w", err)
+		}
+		c.Release()
+		pooled = det.pooled
+	}
+	var local string
+	if pooled != "" {
+		if badSettings != nil {
+			pool.Close()
+			return nil, badSettings
+		}
+		local = setConfigSQL(settings, true)
+	}
+	s := &Store{pool: &db{Pool: pool, local: local}, now: opts.Now, log: opts.Log, ids: store.NewIDs(), pooled: pooled}
+	if local != "" {
+		// A setting the server refuses would otherwise fail each
+		// statement later, far from the URL that named it.
+		if _, err := pool.Exec(ctx, local); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("postgres: behind a transaction pooler (%s) the URL's settings are applied to each transaction, and the server refused them: %w", pooled, err)
+		}
+	}
 	if !opts.NoMigrate {
 		if _, err := s.Migrate(ctx); err != nil {
 			s.Close()
@@ -84,7 +139,7 @@ func createSchema(ctx context.Context, cc *pgx.ConnConfig, schema string) error 
 	if err != nil {
 		return fmt.Errorf("postgres: connect: %w", err)
 	}
-	defer c.Close(ctx)
+	defer closeQuietly(c)
 	var exists bool
 	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
 		return fmt.Errorf("postgres: schema %s: %w", schema, err)

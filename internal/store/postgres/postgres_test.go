@@ -31,6 +31,21 @@ func testURL(t testing.TB) string {
 	return u
 }
 
+// poolerURL is a transaction-mode pgbouncer in front of testURL's server,
+// from MSGQ_TEST_PGBOUNCER_URL (.ci/run starts one): the tests skip
+// without it, except in CI.
+func poolerURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv("MSGQ_TEST_PGBOUNCER_URL")
+	if u == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("MSGQ_TEST_PGBOUNCER_URL is not set: the tests through a pooler must not skip in CI")
+		}
+		t.Skip("MSGQ_TEST_PGBOUNCER_URL is not set")
+	}
+	return u
+}
+
 // freshSchema names a new schema, dropped (with everything in it) when t
 // ends, after the stores opened on it are closed.
 func freshSchema(t testing.TB, url string) string {
@@ -80,6 +95,30 @@ func TestConformance(t *testing.T) {
 		Reopen: func(t *testing.T, s store.Store) store.Store {
 			h := s.(*handle)
 			return open(t, h.url, h.schema, Options{})
+		},
+	})
+}
+
+// TestConformanceThroughAPooler runs the suite through a transaction
+// pooler, found by detection (the URL does not say pooler=), with each
+// store's schema applied per transaction. Its schemas are made and
+// dropped on the server directly.
+func TestConformanceThroughAPooler(t *testing.T) {
+	direct, pooler := testURL(t), poolerURL(t)
+	t.Parallel()
+	open := func(t *testing.T, schema string, opts Options) *handle {
+		h := open(t, pooler, schema, opts)
+		if h.pooled == "" {
+			t.Fatalf("no pooler detected at %s", pooler)
+		}
+		return h
+	}
+	storetest.Exercise(t, storetest.Harness{
+		New: func(t *testing.T, now func() time.Time) store.Store {
+			return open(t, freshSchema(t, direct), Options{Now: now})
+		},
+		Reopen: func(t *testing.T, s store.Store) store.Store {
+			return open(t, s.(*handle).schema, Options{})
 		},
 	})
 }
