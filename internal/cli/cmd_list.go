@@ -65,7 +65,7 @@ func numberFlag(name, v, region string, cfg *config) (string, error) {
 
 // parseSince reads an RFC 3339 time or a duration ago ("1h": the last hour).
 func parseSince(v string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(v); err == nil {
+	if d, err := parseDuration(v); err == nil {
 		if d < 0 {
 			d = -d
 		}

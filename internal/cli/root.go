@@ -131,6 +131,7 @@ defaults. The default store is $XDG_DATA_HOME/msgq/msgq.db
 		newWebhookCmd(a),
 		newInboxCmd(a),
 	)
+	oneDurationGrammar(root)
 	return root
 }
 

@@ -88,9 +88,9 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	case s.ExpiresIn != "" && s.ExpiresAt != "":
 		return p, &store.InvalidError{Field: "expires_in", Msg: "give expires_in or expires_at, not both"}
 	case s.ExpiresIn != "":
-		d, err := time.ParseDuration(s.ExpiresIn)
+		d, err := parseDuration(s.ExpiresIn)
 		if err != nil {
-			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%q is not a duration like 90s, 15m or 24h", s.ExpiresIn)}
+			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%q is not a duration like 90s, 15m, 24h or 2d", s.ExpiresIn)}
 		}
 		if d <= 0 {
 			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%s puts the expiry in the past", s.ExpiresIn)}
@@ -112,8 +112,8 @@ func parseWhen(v string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, v); err == nil {
 		return t, nil
 	}
-	if d, err := time.ParseDuration(v); err == nil {
+	if d, err := parseDuration(v); err == nil {
 		return now.Add(d), nil
 	}
-	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration like 10m", v)
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration like 10m or 1d", v)
 }
