@@ -573,7 +573,7 @@ that it can be saved and replayed). -o json prints the delivery as an object
 			ev, err := st.WebhookGet(cmd.Context(), args[0])
 			if err != nil {
 				if errors.Is(err, store.ErrNotFound) {
-					return usagef("no webhook delivery %s", args[0])
+					return fmt.Errorf("no webhook delivery %s: %w", args[0], err)
 				}
 				return err
 			}
@@ -618,7 +618,7 @@ that was read cleanly, or is still waiting, is refused (exit 2).
 			}
 			if err := st.WebhookRetry(cmd.Context(), args[0]); err != nil {
 				if errors.Is(err, store.ErrNotFound) {
-					return usagef("no webhook delivery %s", args[0])
+					return fmt.Errorf("no webhook delivery %s: %w", args[0], err)
 				}
 				return err
 			}

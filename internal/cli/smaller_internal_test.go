@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+)
+
+// runIn runs one msgq invocation in this process and returns its streams
+// and exit code.
+func runIn(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), args, &IOStreams{In: strings.NewReader(""), Out: &out, Err: &errb})
+	return out.String(), errb.String(), code
+}
+
+// TestShowTablePrintsMaybeSent pins issue 13: the show table omitted
+// maybe_sent, the flag an operator needs before a resend.
+func TestShowTablePrintsMaybeSent(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for maybe, want := range map[bool]string{true: `maybe sent:\s+yes \(an earlier call's answer was lost`, false: `maybe sent:\s+no\n`} {
+		var out bytes.Buffer
+		a := &app{ios: &IOStreams{Out: &out}}
+		m := &store.Message{ID: "01J", Key: "k", State: state.Queued, MaybeSent: maybe, Payload: &store.Payload{Text: "x"},
+			CreatedAt: now, UpdatedAt: now, NextAttemptAt: now}
+		if err := printShow(a, m, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("maybe_sent %v: show printed\n%s", maybe, out.String())
+		}
+	}
+}
+
+// TestListSaysHowManyMoreAndPagesWithBefore pins issue 13: list stopped at
+// 100 rows without saying so.
+func TestListSaysHowManyMoreAndPagesWithBefore(t *testing.T) {
+	// Not parallel: t.Setenv.
+	dir := t.TempDir()
+	env := []string{"MSGQ_STORE=sqlite:" + filepath.Join(dir, "q.db"), "MSGQ_CONFIG=", "XDG_CONFIG_HOME=" + dir}
+	for _, k := range []string{"a", "b", "c", "d", "e"} {
+		if _, errs, code := runIn(t, env, "send", "--key", k, "--to", "+15551234567", "--text", k); code != 0 {
+			t.Fatalf("send %s: exit %d: %s", k, code, errs)
+		}
+	}
+	out, errs, code := runIn(t, env, "list", "--limit", "2", "-o", "json")
+	var page []store.Message
+	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page) != 2 {
+		t.Fatalf("list --limit 2: exit %d, %s %s", code, out, errs)
+	}
+	last := page[1].ID
+	want := "list: 2 rows shown, 3 more; the next page: the same command with --before " + last + " (or a larger --limit)\n"
+	if errs != want {
+		t.Fatalf("stderr %q, want %q", errs, want)
+	}
+	out, errs, code = runIn(t, env, "list", "--limit", "2", "--before", last, "-o", "json")
+	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page) != 2 || page[0].Key != "c" || page[1].Key != "b" {
+		t.Fatalf("the second page: exit %d, %s %s", code, out, errs)
+	}
+	if !strings.Contains(errs, "2 rows shown, 1 more") {
+		t.Fatalf("the second page's stderr: %q", errs)
+	}
+	out, errs, code = runIn(t, env, "list", "--limit", "2", "--before", page[1].ID)
+	if code != 0 || errs != "" || !strings.Contains(out, " a ") {
+		t.Fatalf("the last page: exit %d, %q %q", code, out, errs)
+	}
+	// A full page with nothing after it says nothing.
+	if _, errs, _ := runIn(t, env, "list", "--limit", "5"); errs != "" {
+		t.Fatalf("a full last page: stderr %q", errs)
+	}
+}
