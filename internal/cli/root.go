@@ -132,6 +132,7 @@ defaults. The default store is $XDG_DATA_HOME/msgq/msgq.db
 		newInboxCmd(a),
 	)
 	oneDurationGrammar(root)
+	completeFlagValues(root)
 	return root
 }
 
