@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -81,5 +82,46 @@ func TestListSaysHowManyMoreAndPagesWithBefore(t *testing.T) {
 	// A full page with nothing after it says nothing.
 	if _, errs, _ := runIn(t, env, "list", "--limit", "5"); errs != "" {
 		t.Fatalf("a full last page: stderr %q", errs)
+	}
+}
+
+// TestSendRefusesInvalidUTF8AndAcceptsABOM pins issue 13: invalid UTF-8 in
+// --text was silently replaced with U+FFFD; a UTF-8 byte-order mark on the
+// first line of a --file was refused as malformed JSON.
+func TestSendRefusesInvalidUTF8AndAcceptsABOM(t *testing.T) {
+	dir := t.TempDir()
+	env := []string{"MSGQ_STORE=sqlite:" + filepath.Join(dir, "q.db"), "MSGQ_CONFIG=", "XDG_CONFIG_HOME=" + dir}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--text", "caf\xe9"}, "msgq: text: is not valid UTF-8 (at byte 4)\n"},
+		{[]string{"--template", "t", "--param", "ok", "--param", "\xff"}, "msgq: params: parameter 2 is not valid UTF-8 (at byte 1)\n"},
+	} {
+		args := append([]string{"send", "--key", "u1", "--to", "+15551234567"}, c.args...)
+		out, errs, code := runIn(t, env, args...)
+		if code != ExitUsage || out != "" || errs != c.want {
+			t.Errorf("send %q: exit %d, stdout %q, stderr %q; want exit 2 and %q", c.args, code, out, errs, c.want)
+		}
+	}
+	file := filepath.Join(dir, "in.jsonl")
+	body := "\xEF\xBB\xBF" + `{"key": "bom1", "to": "+15551234567", "text": "hi"}` + "\n" +
+		`{"key": "bad1", "to": "+15551234567", "text": "caf` + "\xe9" + `"}` + "\n"
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := runIn(t, env, "send", "--file", file, "-o", "json")
+	if code != ExitUsage {
+		t.Fatalf("send --file: exit %d (want 2: one line was bad): %s %s", code, out, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], `"key":"bom1"`) || strings.Contains(lines[0], "invalid") ||
+		!strings.Contains(lines[1], `"result":"invalid"`) || !strings.Contains(lines[1], "not valid UTF-8 (at byte 51 of the line)") {
+		t.Fatalf("send --file results:\n%s", out)
+	}
+	// Nothing invalid was stored, and no U+FFFD anywhere.
+	out, _, _ = runIn(t, env, "list", "-o", "json")
+	if strings.Contains(out, "bad1") || strings.Contains(out, "u1") || strings.Contains(out, "\uFFFD") || !strings.Contains(out, "bom1") {
+		t.Fatalf("list after the refusals: %s", out)
 	}
 }

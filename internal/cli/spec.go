@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/store"
@@ -70,6 +71,19 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	}
 	if !store.ValidKey(p.Key) {
 		return p, &store.InvalidError{Field: "key", Msg: fmt.Sprintf("%q must be 1 to 64 characters of A-Za-z0-9._:-", p.Key)}
+	}
+	// Invalid UTF-8 (a --text from a shell in another encoding, say) would
+	// be replaced with U+FFFD when stored: refuse it instead.
+	for _, f := range []struct{ name, v string }{{"text", s.Text}, {"template", s.Template}, {"lang", s.Lang},
+		{"fallback_template", s.FallbackTemplate}, {"purpose", s.Purpose}, {"ref", s.Ref}, {"identity", s.Identity}, {"to", s.To}} {
+		if !utf8.ValidString(f.v) {
+			return p, &store.InvalidError{Field: f.name, Msg: fmt.Sprintf("is not valid UTF-8 (at byte %d)", invalidUTF8At([]byte(f.v)))}
+		}
+	}
+	for i, v := range s.Params {
+		if !utf8.ValidString(v) {
+			return p, &store.InvalidError{Field: "params", Msg: fmt.Sprintf("parameter %d is not valid UTF-8 (at byte %d)", i+1, invalidUTF8At([]byte(v)))}
+		}
 	}
 	if s.To == "" {
 		return p, &store.InvalidError{Field: "to", Msg: "is required"}
