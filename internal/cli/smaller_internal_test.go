@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,5 +124,50 @@ func TestSendRefusesInvalidUTF8AndAcceptsABOM(t *testing.T) {
 	out, _, _ = runIn(t, env, "list", "-o", "json")
 	if strings.Contains(out, "bad1") || strings.Contains(out, "u1") || strings.Contains(out, "\uFFFD") || !strings.Contains(out, "bom1") {
 		t.Fatalf("list after the refusals: %s", out)
+	}
+}
+
+// TestMoreJSONFieldsArePinned pins the -o json of webhook parked,
+// unreadable and show, migrate, version and identities pause/resume (README
+// "JSON output"), which issue 13 found undocumented.
+func TestMoreJSONFieldsArePinned(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    any
+		want []string
+	}{
+		{"a parked status", store.StatusEvidence{}, []string{"applied_at", "at", "callback_ref", "dedupe_key", "error",
+			"error_code", "event_id", "id", "identity", "message_id", "outcome", "provider", "provider_id", "received_at", "status"}},
+		{"a stored delivery", store.WebhookEvent{}, []string{"body", "error", "headers", "id", "identity", "processed_at",
+			"provider", "received_at"}},
+	} {
+		if got := jsonKeys(t, tc.v); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: JSON fields %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	dir := t.TempDir()
+	env := []string{"MSGQ_STORE=sqlite:" + filepath.Join(dir, "q.db"), "MSGQ_CONFIG=", "XDG_CONFIG_HOME=" + dir}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"migrate", "-o", "json"}, []string{"applied", "store"}},
+		{[]string{"version", "-o", "json"}, []string{"commit", "date", "go_version", "platform", "version"}},
+		{[]string{"identities", "pause", "sim", "-o", "json"}, []string{"name", "paused"}},
+		{[]string{"identities", "resume", "sim", "-o", "json"}, []string{"name", "paused"}},
+	} {
+		out, errs, code := runIn(t, env, c.args...)
+		var m map[string]json.RawMessage
+		if code != 0 || json.Unmarshal([]byte(out), &m) != nil {
+			t.Fatalf("msgq %q: exit %d: %s %s", c.args, code, out, errs)
+		}
+		var got []string
+		for k := range m {
+			got = append(got, k)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("msgq %q: JSON fields %v, want %v", c.args, got, c.want)
+		}
 	}
 }
