@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/msgq/msgq/internal/store"
@@ -84,9 +85,12 @@ type Config struct {
 type Receiver struct {
 	cfg    Config
 	budget *budget
-	in     chan *delivery
-	done   chan struct{}
-	stop   context.CancelFunc
+	// busy counts 503s since busyLogged (unix nanoseconds) last logged.
+	busy       atomic.Int64
+	busyLogged atomic.Int64
+	in         chan *delivery
+	done       chan struct{}
+	stop       context.CancelFunc
 }
 
 // delivery is one verified body waiting for the group commit.
@@ -236,7 +240,7 @@ func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) (body []by
 	case errors.Is(err, errTooLarge), errors.As(err, &mbe):
 		http.Error(w, fmt.Sprintf("body over %d bytes", r.cfg.MaxBody), http.StatusRequestEntityTooLarge)
 	case errors.Is(err, errBusy):
-		r.cfg.Log.Warn("webhook: delivery refused for now: too many bytes awaiting verification; answering 503", "max_pending", r.cfg.MaxPending)
+		r.logBusy()
 		w.Header().Set("Retry-After", strconv.Itoa(int((r.cfg.RetryAfter+time.Second-1)/time.Second)))
 		// The body was not read: do not let the client send it on this
 		// connection.
@@ -246,6 +250,20 @@ func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) (body []by
 		http.Error(w, "could not read body", http.StatusBadRequest)
 	}
 	return nil, nil, false
+}
+
+// logBusy logs 503s at most once a second, with how many there were: a
+// flood must not turn into a flood of log lines.
+func (r *Receiver) logBusy() {
+	n := r.busy.Add(1)
+	now := time.Now().UnixNano()
+	last := r.busyLogged.Load()
+	if now-last < int64(time.Second) || !r.busyLogged.CompareAndSwap(last, now) {
+		return
+	}
+	r.busy.Add(-n)
+	r.cfg.Log.Warn("webhook: deliveries refused for now (503): too many bytes awaiting verification",
+		"refused", n, "max_pending", r.cfg.MaxPending)
 }
 
 func (r *Receiver) whatsAppVerify(w http.ResponseWriter, req *http.Request) {

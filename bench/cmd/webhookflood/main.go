@@ -43,15 +43,16 @@ func main() {
 	dur := flag.Duration("duration", 20*time.Second, "how long the attack lasts")
 	every := flag.Duration("valid-every", 50*time.Millisecond, "how often the provider posts a signed delivery")
 	settle := flag.Duration("settle", 10*time.Second, "how long to watch RSS after the attack")
+	maxRSS := flag.Int64("max-rss", 256, "fail when the serve process's peak resident size passes this many MiB")
 	flag.Parse()
 	serveArgs := flag.Args()
-	if err := run(*bin, *conns, *size, *sig, *chunked, *dur, *every, *settle, serveArgs); err != nil {
+	if err := run(*bin, *conns, *size, *sig, *chunked, *dur, *every, *settle, *maxRSS, serveArgs); err != nil {
 		fmt.Fprintln(os.Stderr, "webhookflood:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, conns, size int, sig string, chunked bool, dur, every, settle time.Duration, serveArgs []string) error {
+func run(bin string, conns, size int, sig string, chunked bool, dur, every, settle time.Duration, maxRSS int64, serveArgs []string) error {
 	dir, err := os.MkdirTemp("", "webhookflood")
 	if err != nil {
 		return err
@@ -182,6 +183,9 @@ func run(bin string, conns, size int, sig string, chunked bool, dur, every, sett
 	fmt.Printf("valid deliveries answered: %s; latency median %s, slowest %s\n", valid, valid.quantile(0.5), valid.quantile(1))
 	if valid.n["200"] == 0 || valid.n["200"] != valid.total() {
 		return fmt.Errorf("not every valid delivery was answered 200")
+	}
+	if peakKB := max(hwm, peak.Load()); peakKB > maxRSS<<10 {
+		return fmt.Errorf("peak RSS %s is over -max-rss %d MiB", mib(peakKB), maxRSS)
 	}
 	return nil
 }
