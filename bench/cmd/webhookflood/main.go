@@ -181,7 +181,7 @@ func run(bin string, conns, size int, sig string, chunked bool, dur, every, sett
 		mib(idle), mib(peak.Load()), mib(hwm), mib(after[time.Second]), mib(after[3*time.Second]), settle, mib(after[settle]))
 	fmt.Printf("attackers answered: %s\n", attack)
 	fmt.Printf("valid deliveries answered: %s; latency median %s, slowest %s\n", valid, valid.quantile(0.5), valid.quantile(1))
-	if valid.n["200"] == 0 || valid.n["200"] != valid.total() {
+	if valid.n["200"] == 0 || valid.n["200"]+valid.n["200 after a retry"] != valid.total() {
 		return fmt.Errorf("not every valid delivery was answered 200")
 	}
 	if peakKB := max(hwm, peak.Load()); peakKB > maxRSS<<10 {
@@ -190,24 +190,37 @@ func run(bin string, conns, size int, sig string, chunked bool, dur, every, sett
 	return nil
 }
 
+// postValid posts one signed delivery, and once more on a transport error
+// (as a provider retries); a delivery answered 200 the second time is
+// counted as "200 after a retry".
 func postValid(c *http.Client, base string, i int, t *tally) {
 	body := fmt.Appendf(nil, `{"object":"whatsapp_business_account","entry":[{"id":"102290129340398","changes":[{"value":`+
 		`{"messaging_product":"whatsapp","metadata":{"display_phone_number":"15550783881","phone_number_id":%q},`+
 		`"statuses":[{"id":"wamid.bench%d","status":"delivered","timestamp":"%d","recipient_id":"15551234567"}]},"field":"messages"}]}]}`,
 		phoneID, i, time.Now().Unix())
-	req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/whatsapp", bytes.NewReader(body))
-	req.Header.Set("X-Hub-Signature-256", verify.SignWhatsApp(body, []byte(appSecret)))
-	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
-	resp, err := c.Do(req)
-	took := time.Since(start)
-	if err != nil {
-		t.add("error", took)
+	for try := 1; ; try++ {
+		req, _ := http.NewRequest(http.MethodPost, base+"/webhooks/whatsapp", bytes.NewReader(body))
+		req.Header.Set("X-Hub-Signature-256", verify.SignWhatsApp(body, []byte(appSecret)))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := c.Do(req)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "webhookflood: a valid delivery failed (try %d) after %s: %v\n", try, time.Since(start).Round(time.Millisecond), err)
+			if try == 1 {
+				continue
+			}
+			t.add("error", time.Since(start))
+			return
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		code := strconv.Itoa(resp.StatusCode)
+		if try > 1 {
+			code += " after a retry"
+		}
+		t.add(code, time.Since(start))
 		return
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	t.add(strconv.Itoa(resp.StatusCode), took)
 }
 
 // rss reads a field (kB) of /proc/PID/status.
