@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -13,13 +14,13 @@ import (
 )
 
 type listOptions struct {
-	state, to, region, purpose, keyPrefix, since, tenant string
-	limit                                                int
+	state, to, region, purpose, keyPrefix, since, tenant, before string
+	limit                                                        int
 }
 
 // params validates the filters and turns them into store parameters.
 func (o *listOptions) params(now time.Time, cfg *config) (*store.ListParams, error) {
-	p := &store.ListParams{Tenant: cfg.Tenant, Purpose: o.purpose, KeyPrefix: o.keyPrefix, Limit: o.limit}
+	p := &store.ListParams{Tenant: cfg.Tenant, Purpose: o.purpose, KeyPrefix: o.keyPrefix, Before: o.before, Limit: o.limit}
 	if o.limit <= 0 {
 		return nil, usagef("--limit must be positive")
 	}
@@ -65,7 +66,7 @@ func numberFlag(name, v, region string, cfg *config) (string, error) {
 
 // parseSince reads an RFC 3339 time or a duration ago ("1h": the last hour).
 func parseSince(v string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(v); err == nil {
+	if d, err := parseDuration(v); err == nil {
 		if d < 0 {
 			d = -d
 		}
@@ -82,9 +83,14 @@ func newListCmd(a *app) *cobra.Command {
 		Long: `List messages, newest first, filtered by state, recipient, purpose, key prefix
 and creation time. -o json prints an array of rows.
 
+At most --limit rows are printed (100 by default). When more match, a line on
+stderr says how many more and how to see them: the same command with
+--before set to the id of the last row printed gives the next page.
+
 ` + exitStatusHelp,
 		Example: `  msgq list --state unknown
-  msgq list --key-prefix order-1001 --since 24h -o json`,
+  msgq list --key-prefix order-1001 --since 24h -o json
+  msgq list --state failed --before 01JD5Q3XK0M9T4W8Y2B6C1N7PZ   # the next page`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p, err := o.params(a.now(), a.cfg)
@@ -102,6 +108,7 @@ and creation time. -o json prints an array of rows.
 	f.StringVar(&o.keyPrefix, "key-prefix", "", "only rows whose key starts with this")
 	f.StringVar(&o.since, "since", "", "only rows created since this RFC 3339 time, or this long ago (e.g. 24h)")
 	f.IntVar(&o.limit, "limit", store.DefaultListLimit, "at most this many rows")
+	f.StringVar(&o.before, "before", "", "only rows older than the row with this id (the next page: the last id printed)")
 	f.StringVar(&o.tenant, "tenant", "", "tenant (default \"default\") [MSGQ_TENANT]")
 	return cmd
 }
@@ -115,6 +122,11 @@ func runList(ctx context.Context, a *app, p *store.ListParams) error {
 	if err != nil {
 		return err
 	}
+	if len(ms) == p.Limit {
+		if err := sayMore(ctx, a, st, p, ms[len(ms)-1].ID); err != nil {
+			return err
+		}
+	}
 	if a.cfg.Output == outJSON {
 		return printJSON(a.ios.Out, ms)
 	}
@@ -124,6 +136,28 @@ func runList(ctx context.Context, a *app, p *store.ListParams) error {
 			strconv.Itoa(m.Attempts), stamp(m.CreatedAt), stamp(m.UpdatedAt)})
 	}
 	return printTable(a.ios.Out, []string{"ID", "KEY", "STATE", "TO", "IDENTITY", "PURPOSE", "ATTEMPTS", "CREATED", "UPDATED"}, rows)
+}
+
+// countUpTo bounds the count behind "N more": past it, list says "more
+// than N" rather than scan a huge table to the end.
+const countUpTo = 100000
+
+// sayMore tells, on stderr, how many rows after the page match too and how
+// to page to them. A full page with nothing after it says nothing.
+func sayMore(ctx context.Context, a *app, st store.Store, p *store.ListParams, last string) error {
+	rest := *p
+	rest.Before = last
+	n, err := st.MessageCount(ctx, &rest, countUpTo)
+	if err != nil || n == 0 {
+		return err
+	}
+	more := strconv.Itoa(n)
+	if n >= countUpTo {
+		more = "more than " + strconv.Itoa(countUpTo-1)
+	}
+	fmt.Fprintf(a.ios.Err, "list: %d rows shown, %s more; the next page: the same command with --before %s (or a larger --limit)\n",
+		p.Limit, more, last)
+	return nil
 }
 
 // stateLabel is the state with its failure reason, e.g. failed(expired).

@@ -2,48 +2,14 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/msgq/msgq/internal/store"
 )
-
-// parseAge reads a Go duration (90m, 36h) or a number of days with an
-// optional Go duration after it (90d, 1d12h). Negative ages are refused.
-func parseAge(s string) (time.Duration, error) {
-	const day = 24 * time.Hour
-	bad := errors.New("want a duration like 90d, 36h or 30m")
-	if strings.HasPrefix(s, "-") {
-		return 0, errors.New("must not be negative")
-	}
-	var total time.Duration
-	// No Go duration unit has a d, so a d can only end the days.
-	if days, rest, ok := strings.Cut(s, "d"); ok {
-		n, err := strconv.ParseUint(days, 10, 63)
-		if err != nil || n > uint64(math.MaxInt64/day) {
-			return 0, bad
-		}
-		if total, s = time.Duration(n)*day, rest; s == "" {
-			return total, nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	switch {
-	case err != nil:
-		return 0, bad
-	case d < 0:
-		return 0, errors.New("must not be negative")
-	case total > math.MaxInt64-d:
-		return 0, errors.New("too long")
-	}
-	return total + d, nil
-}
 
 type purgeOptions struct {
 	olderThan string

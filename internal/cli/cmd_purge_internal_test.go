@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func TestParseAgeReadsGoDurationsAndDays(t *testing.T) {
@@ -41,5 +45,53 @@ func TestParseAgeReadsGoDurationsAndDays(t *testing.T) {
 		case c.err == "" && (err != nil || got != c.want):
 			t.Errorf("parseAge(%q) = %v, %v; want %v", c.in, got, err, c.want)
 		}
+	}
+}
+
+// TestEveryDurationFlagTakesTheOneGrammar pins issue 13: 1d worked for
+// health and purge but not for stats --window or stuck --older-than. Every
+// duration flag of the tree reads parseDuration's grammar.
+func TestEveryDurationFlagTakesTheOneGrammar(t *testing.T) {
+	t.Parallel()
+	root := newRootCmd(&app{ios: &IOStreams{}, now: time.Now})
+	var seen []string
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Value.Type() != "duration" {
+				return
+			}
+			seen = append(seen, c.CommandPath()+" --"+f.Name)
+			if err := f.Value.Set("1d12h"); err != nil {
+				t.Errorf("%s --%s 1d12h: %v", c.CommandPath(), f.Name, err)
+			} else if f.Value.String() != (36 * time.Hour).String() {
+				t.Errorf("%s --%s 1d12h = %s", c.CommandPath(), f.Name, f.Value.String())
+			}
+			if err := f.Value.Set("1x"); err == nil || err.Error() != errDurationSyntax.Error() {
+				t.Errorf("%s --%s 1x: %v, want %q", c.CommandPath(), f.Name, err, errDurationSyntax)
+			}
+		})
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	for _, want := range []string{"msgq stats --window", "msgq stuck --older-than", "msgq drain --lease"} {
+		if !slices.Contains(seen, want) {
+			t.Errorf("%s is not among the duration flags %v", want, seen)
+		}
+	}
+}
+
+func TestParseDurationIsSignedAndParseAgeIsNot(t *testing.T) {
+	t.Parallel()
+	if d, err := parseDuration("-1d2h"); err != nil || d != -26*time.Hour {
+		t.Errorf("parseDuration(-1d2h) = %v, %v", d, err)
+	}
+	if _, err := parseDuration("--1d"); err == nil {
+		t.Errorf("parseDuration(--1d) accepted")
+	}
+	if _, err := parseAge("-1d2h"); err == nil {
+		t.Errorf("parseAge(-1d2h) accepted")
 	}
 }

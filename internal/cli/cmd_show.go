@@ -76,6 +76,15 @@ func runShow(ctx context.Context, a *app, ref string) error {
 	return printShow(a, m, hist, atts, in)
 }
 
+// maybeSentLabel spells out the flag: an operator deciding on a resend must
+// see that an earlier call's answer was lost.
+func maybeSentLabel(maybe bool) string {
+	if maybe {
+		return "yes (an earlier call's answer was lost: it may have reached the phone)"
+	}
+	return "no"
+}
+
 func printShow(a *app, m *store.Message, hist []store.HistoryEntry, atts []store.Attempt, in []store.Inbound) error {
 	w := a.ios.Out
 	content := "-"
@@ -99,6 +108,7 @@ func printShow(a *app, m *store.Message, hist []store.HistoryEntry, atts []store
 		{"id:", m.ID}, {"key:", m.Key}, {"tenant:", m.Tenant}, {"state:", stateLabel(m)},
 		{"to:", m.To}, {"channel:", m.Channel}, {"identity:", m.Identity}, {"lane:", m.Lane},
 		{"purpose:", orDash(m.Purpose)}, {"ref:", orDash(m.TriggerRef)}, {"content:", content},
+		{"maybe sent:", maybeSentLabel(m.MaybeSent)},
 		{"attempts:", strconv.Itoa(m.Attempts)}, {"next attempt:", stamp(m.NextAttemptAt)},
 		{"expires:", stampPtr(m.ExpiresAt)}, {"lease:", lease}, {"provider id:", orDash(m.ProviderID)},
 		{"resend of:", orDash(m.ResendOf)}, {"resolution:", orDash(m.Resolution)},

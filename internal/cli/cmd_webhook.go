@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/net/netutil"
 
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/webhook"
@@ -140,13 +142,15 @@ func templateIdentities(ids map[string]*identity) map[string][]string {
 }
 
 type webhookServeOptions struct {
-	addr      string
-	maxBody   int64
-	tolerance time.Duration
-	process   bool
-	poll      time.Duration
-	grace     time.Duration
-	clockWarn time.Duration
+	addr       string
+	maxBody    int64
+	maxPending int64
+	maxConns   int
+	tolerance  time.Duration
+	process    bool
+	poll       time.Duration
+	grace      time.Duration
+	clockWarn  time.Duration
 }
 
 func (o *webhookServeOptions) Validate() error {
@@ -155,6 +159,10 @@ func (o *webhookServeOptions) Validate() error {
 		return usagef("--addr is required, e.g. :8080")
 	case o.maxBody <= 0:
 		return usagef("--max-body must be positive")
+	case o.maxPending < o.maxBody:
+		return usagef("--max-pending (%d) must be at least --max-body (%d), or no body of the largest size could ever be read", o.maxPending, o.maxBody)
+	case o.maxConns <= 0:
+		return usagef("--max-conns must be positive")
 	case o.tolerance <= 0 || o.poll <= 0 || o.grace <= 0:
 		return usagef("--tolerance, --poll and --grace must be positive")
 	}
@@ -180,6 +188,18 @@ is stored raw and durably and only then answered 200; if it cannot be stored the
 answer is 500, so the provider retries. Unless --process=false, a worker then
 processes stored deliveries (run msgq webhook process from cron otherwise).
 SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
+
+Memory is bounded before any signature is checked. A request without a
+well-formed signature header (or with a stale timestamp) is refused before its
+body is read. Bodies held in memory at once (read, being verified, or waiting
+for their write) are capped at --max-pending bytes: a body that does not fit is
+answered 503 with Retry-After, unread, and its provider retries later. An eighth
+of --max-pending is kept for bodies of 64 KiB or less, the size real deliveries
+have, so a flood of large bodies does not crowd them out. At most --max-conns
+connections are open at once (more wait to be accepted); near the cap, idle
+keep-alive connections are closed. Memory taken by a burst is handed back to
+the operating system once it is over. The process's Go memory limit is set to
+twice --max-pending plus 64 MiB unless GOMEMLIMIT is set.
 
 ` + exitStatusHelp,
 		Example: `  msgq webhook serve --addr :8080
@@ -215,6 +235,8 @@ SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", ":8080", "address to listen on")
 	f.Int64Var(&o.maxBody, "max-body", webhook.DefaultMaxBody, "largest body accepted, in bytes (larger: 413)")
+	f.Int64Var(&o.maxPending, "max-pending", webhook.DefaultMaxPending, "bytes of bodies held in memory at once, before and while they are verified and stored (beyond: 503 with Retry-After)")
+	f.IntVar(&o.maxConns, "max-conns", defaultMaxConns, "connections open at once (more wait to be accepted)")
 	f.DurationVar(&o.tolerance, "tolerance", verify.DefaultTolerance, "how far a Standard Webhooks timestamp may be from now")
 	f.BoolVar(&o.process, "process", true, "process stored deliveries in this process (false: leave them to msgq webhook process)")
 	f.DurationVar(&o.poll, "poll", time.Second, "how often the worker looks again at parked statuses")
@@ -234,7 +256,14 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 	defer stopClock()
 	clk.start(cctx)
 	wake := make(chan struct{}, 1)
-	wc.Store, wc.MaxBody, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.tolerance, a.log, clk.Now
+	wc.Store, wc.MaxBody, wc.MaxPending, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.maxPending, o.tolerance, a.log, clk.Now
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A soft limit the collector works to keep under: the bodies
+		// the budget admits, the garbage they leave, and the rest of the
+		// process. The budget bounds what is live; this bounds the
+		// garbage, which GOGC alone would let double the heap.
+		debug.SetMemoryLimit(2*o.maxPending + 64<<20)
+	}
 	if o.process {
 		wc.Stored = func() {
 			select {
@@ -260,6 +289,7 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 		rcv.Close()
 		return err
 	}
+	ln = netutil.LimitListener(ln, o.maxConns)
 	srv := &http.Server{
 		Handler:           rcv.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -270,6 +300,7 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: 64 << 10,
 	}
+	srv.ConnState = keepAliveGovernor(srv, o.maxConns)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(a.ios.Err, "webhook: listening on http://%s\n", ln.Addr())
@@ -298,6 +329,49 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 	}
 	fmt.Fprintln(a.ios.Err, "webhook: stopped")
 	return nil
+}
+
+// defaultMaxConns bounds webhook serve's open connections: well above what
+// providers open (Meta sends from a few dozen connections), well below a
+// process's usual file limit of 1024.
+const defaultMaxConns = 512
+
+// keepAliveGovernor returns a ConnState hook that turns keep-alives off
+// while the open connections are near the cap, and on again once they are
+// well below it. Without it, idle keep-alive connections (a client that
+// opened many and went quiet, or an attacker) would hold every slot of the
+// LimitListener for IdleTimeout while new deliveries wait to be accepted.
+// SetKeepAlivesEnabled(false) also closes the idle ones at once.
+func keepAliveGovernor(srv *http.Server, maxConns int) func(net.Conn, http.ConnState) {
+	var (
+		mu   sync.Mutex
+		open int
+		off  bool
+	)
+	high, low := maxConns*9/10, maxConns/2
+	return func(_ net.Conn, cs http.ConnState) {
+		mu.Lock()
+		switch cs {
+		case http.StateNew:
+			open++
+		case http.StateClosed, http.StateHijacked:
+			open--
+		}
+		turn := 0
+		switch {
+		case !off && open >= high:
+			off, turn = true, -1
+		case off && open <= low:
+			off, turn = false, 1
+		}
+		mu.Unlock()
+		// Outside mu: closing idle connections takes the server's lock,
+		// and their StateClosed calls come back here (from their own
+		// goroutines).
+		if turn != 0 {
+			srv.SetKeepAlivesEnabled(turn > 0)
+		}
+	}
 }
 
 func newWebhookProcessCmd(a *app) *cobra.Command {
@@ -682,7 +756,7 @@ that it can be saved and replayed). -o json prints the delivery as an object
 			ev, err := st.WebhookGet(cmd.Context(), args[0])
 			if err != nil {
 				if errors.Is(err, store.ErrNotFound) {
-					return usagef("no webhook delivery %s", args[0])
+					return fmt.Errorf("no webhook delivery %s: %w", args[0], err)
 				}
 				return err
 			}
@@ -727,7 +801,7 @@ that was read cleanly, or is still waiting, is refused (exit 2).
 			}
 			if err := st.WebhookRetry(cmd.Context(), args[0]); err != nil {
 				if errors.Is(err, store.ErrNotFound) {
-					return usagef("no webhook delivery %s", args[0])
+					return fmt.Errorf("no webhook delivery %s: %w", args[0], err)
 				}
 				return err
 			}

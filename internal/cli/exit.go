@@ -20,8 +20,9 @@ const (
 
 const exitStatusHelp = `EXIT STATUS
   0  ok
-  1  runtime error (store, network), or a refused state change (one line says why; nothing was written)
-  2  bad input or usage; nothing was written
+  1  runtime error (store, network), a refused state change, or nothing in the store has the id or
+     key given (one line says why; nothing was written)
+  2  bad input or usage, refused before anything is looked up; nothing was written
   3  idempotency conflict: the key exists with a different body (the existing id is named)
   4  a check found something (stuck --fail-if-any, reconcile --fail-if-unresolved, health)`
 
@@ -57,6 +58,11 @@ func exitCode(err error) int {
 		return ee.code
 	case errors.Is(err, store.ErrConflict):
 		return ExitConflict
+	case errors.Is(err, store.ErrNotFound):
+		// One rule for every command: an id or key the store does not
+		// have is not malformed input (exit 2 is for what is refused
+		// before anything is looked up); it is a lookup that failed.
+		return ExitError
 	case errors.As(err, &ue), errors.As(err, &ie), errors.As(err, &pe):
 		return ExitUsage
 	}

@@ -54,7 +54,13 @@ func Run(ctx context.Context, args []string, ios *IOStreams) int {
 		strings.HasPrefix(msg, "unknown shorthand flag") {
 		err = &usageError{err}
 	}
-	fmt.Fprintf(ios.Err, "msgq: %s\n", oneLine(err.Error()))
+	// Every error line is cleaned of the store's password, whichever
+	// command (or driver) wrote the message.
+	msg := redactQuotedURLs(err.Error())
+	if a.cfg != nil {
+		msg = redactText(a.cfg.Store, msg)
+	}
+	fmt.Fprintf(ios.Err, "msgq: %s\n", oneLine(msg))
 	return exitCode(err)
 }
 
@@ -97,7 +103,7 @@ defaults. The default store is $XDG_DATA_HOME/msgq/msgq.db
 				return err
 			}
 			a.cfg = cfg
-			a.log = slog.New(slog.NewTextHandler(a.ios.Err, &slog.HandlerOptions{Level: cfg.LogLevel}))
+			a.log = slog.New(&redactingHandler{slog.NewTextHandler(a.ios.Err, &slog.HandlerOptions{Level: cfg.LogLevel}), cfg.Store})
 			return nil
 		},
 	}
@@ -130,6 +136,8 @@ defaults. The default store is $XDG_DATA_HOME/msgq/msgq.db
 		newWebhookCmd(a),
 		newInboxCmd(a),
 	)
+	oneDurationGrammar(root)
+	completeFlagValues(root)
 	return root
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/schollz/progressbar/v3"
 
@@ -116,6 +117,22 @@ func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
 	return nil
 }
 
+// utf8BOM is the UTF-8 byte-order mark.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// invalidUTF8At is the 1-based offset of the first byte of b that is not
+// valid UTF-8.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return i + 1
+		}
+		i += size
+	}
+	return 0
+}
+
 // read parses the input into batches of bulkBatch good lines and closes
 // out at the end (or when ctx is done).
 func (b *bulk) read(ctx context.Context, in io.Reader, out chan<- *batch) {
@@ -128,6 +145,11 @@ func (b *bulk) read(ctx context.Context, in io.Reader, out chan<- *batch) {
 			bt.err = err
 		}
 		bt.read += int64(len(line))
+		if n == 1 {
+			// A byte-order mark (editors on Windows write one) is not
+			// part of the first object.
+			line = bytes.TrimPrefix(line, utf8BOM)
+		}
 		if len(bytes.TrimSpace(line)) > 0 {
 			b.add(bt, n, line)
 		}
@@ -187,6 +209,12 @@ func (b *bulk) add(bt *batch, n int, line []byte) {
 // parseLine decodes one JSON object, refusing unknown fields and trailing
 // data, so a typo in a field name never silently drops a setting.
 func parseLine(line []byte, spec *sendSpec) error {
+	// Checked on the raw bytes: the JSON decoder would silently turn
+	// invalid UTF-8 into U+FFFD, and the customer would get the
+	// replacement characters.
+	if !utf8.Valid(line) {
+		return usagef("not valid UTF-8 (at byte %d of the line)", invalidUTF8At(line))
+	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(spec); err != nil {

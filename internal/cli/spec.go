@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/store"
@@ -78,6 +79,19 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	if !store.ValidKey(p.Key) {
 		return p, &store.InvalidError{Field: "key", Msg: fmt.Sprintf("%q must be 1 to 64 characters of A-Za-z0-9._:-", p.Key)}
 	}
+	// Invalid UTF-8 (a --text from a shell in another encoding, say) would
+	// be replaced with U+FFFD when stored: refuse it instead.
+	for _, f := range []struct{ name, v string }{{"text", s.Text}, {"template", s.Template}, {"lang", s.Lang},
+		{"fallback_template", s.FallbackTemplate}, {"purpose", s.Purpose}, {"ref", s.Ref}, {"identity", s.Identity}, {"to", s.To}} {
+		if !utf8.ValidString(f.v) {
+			return p, &store.InvalidError{Field: f.name, Msg: fmt.Sprintf("is not valid UTF-8 (at byte %d)", invalidUTF8At([]byte(f.v)))}
+		}
+	}
+	for i, v := range s.Params {
+		if !utf8.ValidString(v) {
+			return p, &store.InvalidError{Field: "params", Msg: fmt.Sprintf("parameter %d is not valid UTF-8 (at byte %d)", i+1, invalidUTF8At([]byte(v)))}
+		}
+	}
 	if s.To == "" {
 		return p, &store.InvalidError{Field: "to", Msg: "is required"}
 	}
@@ -114,9 +128,9 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	case s.ExpiresIn != "" && s.ExpiresAt != "":
 		return p, &store.InvalidError{Field: "expires_in", Msg: "give expires_in or expires_at, not both"}
 	case s.ExpiresIn != "":
-		d, err := time.ParseDuration(s.ExpiresIn)
+		d, err := parseDuration(s.ExpiresIn)
 		if err != nil {
-			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%q is not a duration like 90s, 15m or 24h", s.ExpiresIn)}
+			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%q is not a duration like 90s, 15m, 24h or 2d", s.ExpiresIn)}
 		}
 		if d <= 0 {
 			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%s puts the expiry in the past", s.ExpiresIn)}
@@ -138,8 +152,8 @@ func parseWhen(v string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, v); err == nil {
 		return t, nil
 	}
-	if d, err := time.ParseDuration(v); err == nil {
+	if d, err := parseDuration(v); err == nil {
 		return now.Add(d), nil
 	}
-	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration like 10m", v)
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration like 10m or 1d", v)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +33,7 @@ func openStore(ctx context.Context, raw string, noMigrate bool, log *slog.Logger
 			}
 			path = filepath.Join(home, rest)
 		}
+		warnReadableStore(path, log)
 		return sqlite.Open(ctx, path, sqlite.Options{NoMigrate: noMigrate, Now: now})
 	case strings.HasPrefix(raw, "postgres://"), strings.HasPrefix(raw, "postgresql://"):
 		st, err := postgres.Open(ctx, raw, postgres.Options{NoMigrate: noMigrate, Log: log})
@@ -43,55 +43,4 @@ func openStore(ctx context.Context, raw string, noMigrate bool, log *slog.Logger
 		return st, nil
 	}
 	return nil, usagef("unknown store %q (want sqlite:PATH or postgres://...)", redactURL(raw))
-}
-
-// redactedError is an error whose message had a store URL's password
-// taken out. It keeps the driver's error underneath, so that callers can
-// still tell a lost connection from a refusal.
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-func (e *redactedError) Unwrap() error { return e.err }
-
-// redactErr hides the password of the store URL raw wherever err's
-// message shows it: the driver's message may quote the URL.
-func redactErr(raw string, err error) error {
-	if err == nil {
-		return nil
-	}
-	pw := passwordOf(raw)
-	if !strings.Contains(err.Error(), pw) {
-		return err
-	}
-	return &redactedError{strings.ReplaceAll(err.Error(), pw, "xxxxx"), err}
-}
-
-// passwordOf returns the password in a URL, or a string that never occurs.
-func passwordOf(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			return p
-		}
-	}
-	return "\x00no-password\x00"
-}
-
-// redactURL hides a password in a store URL before it is printed.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		// Unparseable: show the scheme only, in case a password is in it.
-		scheme, _, _ := strings.Cut(raw, "://")
-		return scheme + "://(unparseable)"
-	}
-	if u.User == nil {
-		return raw
-	}
-	if _, has := u.User.Password(); !has {
-		return raw
-	}
-	return fmt.Sprint(u.Redacted())
 }

@@ -64,6 +64,12 @@ type Store interface {
 	// for a bad filter.
 	MessageList(ctx context.Context, p *ListParams) ([]Message, error)
 
+	// MessageCount counts the rows matching p's filters (p.Limit is
+	// ignored), counting no further than upTo (<= 0: no bound), so that a
+	// caller saying "N more" does not scan a whole table for it.
+	// Errors: *InvalidError for a bad filter.
+	MessageCount(ctx context.Context, p *ListParams, upTo int) (int, error)
+
 	// MessageHistory returns every state change of the row id, oldest first
 	// (empty, not an error, for an unknown id).
 	MessageHistory(ctx context.Context, id string) ([]HistoryEntry, error)
@@ -558,7 +564,10 @@ type ListParams struct {
 	KeyPrefix string
 	ResendOf  string    // resends of this message id
 	Since     time.Time // created at or after
-	Limit     int       // 0: DefaultListLimit
+	// Before pages: only rows older than the row with this id (ids are in
+	// creation order), so a next page starts after the last row shown.
+	Before string
+	Limit  int // 0: DefaultListLimit
 }
 
 // DefaultListLimit bounds a list without --limit.

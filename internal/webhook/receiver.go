@@ -14,7 +14,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/msgq/msgq/internal/store"
@@ -58,6 +60,13 @@ type Config struct {
 	HTTP []HTTPSecrets
 	// MaxBody bounds a body (0: DefaultMaxBody); larger ones get 413.
 	MaxBody int64
+	// MaxPending bounds the bytes of bodies held in memory at once, from
+	// the first byte read until the delivery is refused or stored
+	// (0: DefaultMaxPending). A body that does not fit gets 503 with
+	// Retry-After, before it is read.
+	MaxPending int64
+	// RetryAfter is what a 503 asks the client to wait (0: 5s).
+	RetryAfter time.Duration
 	// Tolerance is how far a Standard Webhooks timestamp may be from now
 	// (0: verify.DefaultTolerance).
 	Tolerance time.Duration
@@ -74,10 +83,14 @@ type Config struct {
 // Receiver is the webhook HTTP handler. Create it with NewReceiver, serve
 // Handler(), and Close it after the HTTP server has shut down.
 type Receiver struct {
-	cfg  Config
-	in   chan *delivery
-	done chan struct{}
-	stop context.CancelFunc
+	cfg    Config
+	budget *budget
+	// busy counts 503s since busyLogged (unix nanoseconds) last logged.
+	busy       atomic.Int64
+	busyLogged atomic.Int64
+	in         chan *delivery
+	done       chan struct{}
+	stop       context.CancelFunc
 }
 
 // delivery is one verified body waiting for the group commit.
@@ -91,6 +104,12 @@ func NewReceiver(cfg Config) *Receiver {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
 	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = 5 * time.Second
+	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 512
 	}
@@ -101,7 +120,7 @@ func NewReceiver(cfg Config) *Receiver {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &Receiver{cfg: cfg, in: make(chan *delivery, cfg.MaxBatch), done: make(chan struct{}), stop: cancel}
+	r := &Receiver{cfg: cfg, budget: newBudget(cfg.MaxPending), in: make(chan *delivery, cfg.MaxBatch), done: make(chan struct{}), stop: cancel}
 	go r.commitLoop(ctx)
 	return r
 }
@@ -206,24 +225,45 @@ func (r *Receiver) store(req *http.Request, ev store.WebhookEvent) error {
 // provider gets a 500 and retries.
 var errClosed = errors.New("webhook: receiver closed")
 
-// readBody reads at most MaxBody bytes; it answers 413 itself when the
-// body is larger.
-func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) ([]byte, bool) {
-	if req.ContentLength > r.cfg.MaxBody {
+// readBody reads at most MaxBody bytes into memory reserved from the
+// budget; it answers 413 (too large), 503 (no room now) or 400 itself. The
+// caller must call release once the body is no longer held.
+func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) (body []byte, release func(), ok bool) {
+	body, reserved, err := readLimited(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody), req.ContentLength, r.cfg.MaxBody, r.budget)
+	release = func() { r.budget.give(reserved) }
+	if err == nil {
+		return body, release, true
+	}
+	release()
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.Is(err, errTooLarge), errors.As(err, &mbe):
 		http.Error(w, fmt.Sprintf("body over %d bytes", r.cfg.MaxBody), http.StatusRequestEntityTooLarge)
-		return nil, false
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			http.Error(w, fmt.Sprintf("body over %d bytes", r.cfg.MaxBody), http.StatusRequestEntityTooLarge)
-			return nil, false
-		}
+	case errors.Is(err, errBusy):
+		r.logBusy()
+		w.Header().Set("Retry-After", strconv.Itoa(int((r.cfg.RetryAfter+time.Second-1)/time.Second)))
+		// The body was not read: do not let the client send it on this
+		// connection.
+		w.Header().Set("Connection", "close")
+		http.Error(w, "busy: too many deliveries awaiting verification; retry later", http.StatusServiceUnavailable)
+	default:
 		http.Error(w, "could not read body", http.StatusBadRequest)
-		return nil, false
 	}
-	return body, true
+	return nil, nil, false
+}
+
+// logBusy logs 503s at most once a second, with how many there were: a
+// flood must not turn into a flood of log lines.
+func (r *Receiver) logBusy() {
+	n := r.busy.Add(1)
+	now := time.Now().UnixNano()
+	last := r.busyLogged.Load()
+	if now-last < int64(time.Second) || !r.busyLogged.CompareAndSwap(last, now) {
+		return
+	}
+	r.busy.Add(-n)
+	r.cfg.Log.Warn("webhook: deliveries refused for now (503): too many bytes awaiting verification",
+		"refused", n, "max_pending", r.cfg.MaxPending)
 }
 
 func (r *Receiver) whatsAppVerify(w http.ResponseWriter, req *http.Request) {
@@ -251,11 +291,19 @@ func (r *Receiver) whatsApp(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "no whatsapp identity has app_secret_env configured", http.StatusNotFound)
 		return
 	}
-	body, ok := r.readBody(w, req)
+	sig := req.Header.Get("X-Hub-Signature-256")
+	// A request that cannot be signed is refused before its body is read,
+	// so an unsigned flood costs no memory.
+	if err := verify.WhatsAppHeader(sig); err != nil {
+		r.cfg.Log.Warn("webhook: whatsapp delivery refused", "err", err)
+		refuseUnread(w, "signature refused")
+		return
+	}
+	body, release, ok := r.readBody(w, req)
 	if !ok {
 		return
 	}
-	sig := req.Header.Get("X-Hub-Signature-256")
+	defer release()
 	identity := ""
 	var verr error = verify.ErrMissingSignature
 	for _, s := range r.cfg.WhatsApp {
@@ -285,11 +333,19 @@ func (r *Receiver) http(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "no http identity has webhook_secret_env configured", http.StatusNotFound)
 		return
 	}
-	body, ok := r.readBody(w, req)
+	id, ts, sig := req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"), req.Header.Get("webhook-signature")
+	// Missing headers or a stale timestamp are refused before the body is
+	// read, whatever the body (see verify.Headers).
+	if err := verify.Headers(id, ts, sig, r.cfg.Now(), r.cfg.Tolerance); err != nil {
+		r.cfg.Log.Warn("webhook: http delivery refused", "err", err)
+		refuseUnread(w, "signature refused: "+err.Error())
+		return
+	}
+	body, release, ok := r.readBody(w, req)
 	if !ok {
 		return
 	}
-	id, ts, sig := req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"), req.Header.Get("webhook-signature")
+	defer release()
 	identity := ""
 	var verr error = verify.ErrMissingSignature
 	for _, s := range r.cfg.HTTP {
@@ -339,6 +395,13 @@ func (r *Receiver) health(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	io.WriteString(w, "ok\n")
+}
+
+// refuseUnread answers 401 to a request whose body was not read, and
+// closes the connection rather than read the body to reuse it.
+func refuseUnread(w http.ResponseWriter, msg string) {
+	w.Header().Set("Connection", "close")
+	http.Error(w, msg, http.StatusUnauthorized)
 }
 
 // pick keeps the named headers, by lower-case name.

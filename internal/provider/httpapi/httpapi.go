@@ -91,7 +91,7 @@ const (
 
 // Config is one sending identity on the API.
 type Config struct {
-	BaseURL string // e.g. https://api.example.com (the /v1/... paths are appended)
+	BaseURL string // e.g. https://api.example.com; /v1/messages is appended (a trailing /v1 in it is the same API)
 	Token   string
 	// HTTPClient makes the calls; default one with provider.DefaultTimeout.
 	// Its redirect policy is replaced: redirects are never followed.
@@ -120,6 +120,9 @@ func redact(token string) string {
 	return "[redacted]"
 }
 
+// apiVersion is the version prefix of every path the client calls.
+const apiVersion = "/v1"
+
 // Client sends for one identity. It is safe for concurrent use.
 type Client struct {
 	cfg  Config
@@ -140,6 +143,11 @@ func New(cfg Config) *Client {
 	c := &Client{cfg: cfg, http: provider.NoRedirects(cfg.HTTPClient), now: cfg.Now}
 	if u, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/")); err == nil &&
 		(u.Scheme == "https" || u.Scheme == "http") && u.Host != "" {
+		// The API's version is part of every path msgq appends; a base URL
+		// written with it (https://api.example.com/v1, as the README has
+		// long shown) means the same API, not /v1/v1/messages.
+		u.Path = strings.TrimSuffix(u.Path, apiVersion)
+		u.RawPath = ""
 		c.base = u.String()
 	}
 	return c
@@ -204,7 +212,7 @@ func (c *Client) Send(ctx context.Context, m *provider.Message) provider.Result 
 	if err != nil {
 		return provider.Result{Class: retry.Permanent, RawError: "msgq: " + err.Error()}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/messages", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+apiVersion+"/messages", bytes.NewReader(body))
 	if err != nil {
 		return provider.Result{Class: retry.Identity, RawError: "msgq: " + err.Error()}
 	}
@@ -237,7 +245,7 @@ func (c *Client) Lookup(ctx context.Context, providerID string) (status string, 
 	if providerID == "" {
 		return "", provider.Result{Class: retry.Permanent, RawError: "msgq: look-up without a provider id"}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/messages/"+url.PathEscape(providerID), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+apiVersion+"/messages/"+url.PathEscape(providerID), nil)
 	if err != nil {
 		return "", provider.Result{Class: retry.Identity, RawError: "msgq: " + err.Error()}
 	}

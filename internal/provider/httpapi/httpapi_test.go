@@ -142,6 +142,20 @@ func TestSendBaseURLWithAPathAndATrailingSlash(t *testing.T) {
 	}
 }
 
+// TestSendBaseURLEndingInTheAPIVersionIsTheSameAPI pins issue 13: the
+// README's base_url: https://api.example.com/v1 posted to /v1/v1/messages.
+func TestSendBaseURLEndingInTheAPIVersionIsTheSameAPI(t *testing.T) {
+	t.Parallel()
+	for base, want := range map[string]string{"/v1": "/v1/messages", "/v1/": "/v1/messages", "/api/v1": "/api/v1/messages", "/v10": "/v10/v1/messages"} {
+		f := newFakeAPI(t, http.StatusAccepted, nil, `{"id":"msg_1","status":"accepted"}`)
+		c := httpapi.New(httpapi.Config{BaseURL: f.srv.URL + base, Token: token, HTTPClient: f.srv.Client()})
+		c.Send(context.Background(), message())
+		if got := f.requests()[0].Path; got != want {
+			t.Errorf("base %q: path = %q, want %q", base, got, want)
+		}
+	}
+}
+
 func TestSendAnswers(t *testing.T) {
 	t.Parallel()
 	replayed := http.Header{"Idempotent-Replayed": {"true"}}

@@ -327,8 +327,9 @@ func (s *Store) MessageGet(ctx context.Context, tenant, ref string) (*store.Mess
 	return m, err
 }
 
-// MessageList returns filtered rows, newest first.
-func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.Message, error) {
+// listWhere is MessageList's and MessageCount's WHERE clause (with its
+// leading " WHERE ", or empty) and arguments ($1...).
+func listWhere(p *store.ListParams) (string, []any, error) {
 	var where []string
 	var args []any
 	add := func(cond string, vs ...any) {
@@ -343,7 +344,7 @@ func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.M
 	}
 	if p.State != state.None {
 		if !p.State.Valid() {
-			return nil, &store.InvalidError{Field: "state", Msg: fmt.Sprintf("unknown state %q", p.State)}
+			return "", nil, &store.InvalidError{Field: "state", Msg: fmt.Sprintf("unknown state %q", p.State)}
 		}
 		add("state = ?", string(p.State))
 	}
@@ -365,14 +366,44 @@ func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.M
 	if !p.Since.IsZero() {
 		add("created_at >= ?", p.Since.UTC())
 	}
+	if p.Before != "" {
+		add("id < ?", p.Before)
+	}
+	if len(where) == 0 {
+		return "", args, nil
+	}
+	return " WHERE " + strings.Join(where, " AND "), args, nil
+}
+
+// MessageCount counts matching rows, no further than upTo.
+func (s *Store) MessageCount(ctx context.Context, p *store.ListParams, upTo int) (int, error) {
+	where, args, err := listWhere(p)
+	if err != nil {
+		return 0, err
+	}
+	q := "SELECT count(*) FROM (SELECT 1 FROM messages" + where
+	if upTo > 0 {
+		args = append(args, upTo)
+		q += " LIMIT $" + strconv.Itoa(len(args))
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, q+") AS matching", args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("postgres: count: %w", err)
+	}
+	return n, nil
+}
+
+// MessageList returns filtered rows, newest first.
+func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.Message, error) {
+	where, args, err := listWhere(p)
+	if err != nil {
+		return nil, err
+	}
 	limit := p.Limit
 	if limit <= 0 {
 		limit = store.DefaultListLimit
 	}
-	q := "SELECT " + messageCols + " FROM messages"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
+	q := "SELECT " + messageCols + " FROM messages" + where
 	args = append(args, limit)
 	q += " ORDER BY id DESC LIMIT $" + strconv.Itoa(len(args))
 	rs, err := s.pool.Query(ctx, q, args...)

@@ -290,8 +290,9 @@ func (s *Store) getOne(ctx context.Context, db querier, q string, args ...any) (
 	return m, nil
 }
 
-// MessageList returns filtered rows, newest first.
-func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.Message, error) {
+// listWhere is MessageList's and MessageCount's WHERE clause (with its
+// leading " WHERE ", or empty) and arguments.
+func listWhere(p *store.ListParams) (string, []any, error) {
 	var where []string
 	var args []any
 	if p.Tenant != "" {
@@ -299,7 +300,7 @@ func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.M
 	}
 	if p.State != state.None {
 		if !p.State.Valid() {
-			return nil, &store.InvalidError{Field: "state", Msg: fmt.Sprintf("unknown state %q", p.State)}
+			return "", nil, &store.InvalidError{Field: "state", Msg: fmt.Sprintf("unknown state %q", p.State)}
 		}
 		where, args = append(where, "state = ?"), append(args, string(p.State))
 	}
@@ -321,14 +322,44 @@ func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.M
 	if !p.Since.IsZero() {
 		where, args = append(where, "created_at >= ?"), append(args, micros(p.Since))
 	}
+	if p.Before != "" {
+		where, args = append(where, "id < ?"), append(args, p.Before)
+	}
+	if len(where) == 0 {
+		return "", args, nil
+	}
+	return " WHERE " + strings.Join(where, " AND "), args, nil
+}
+
+// MessageCount counts matching rows, no further than upTo.
+func (s *Store) MessageCount(ctx context.Context, p *store.ListParams, upTo int) (int, error) {
+	where, args, err := listWhere(p)
+	if err != nil {
+		return 0, err
+	}
+	q := "SELECT count(*) FROM (SELECT 1 FROM messages" + where
+	if upTo > 0 {
+		q += " LIMIT ?"
+		args = append(args, upTo)
+	}
+	var n int
+	if err := s.r.QueryRowContext(ctx, q+")", args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("sqlite: count: %w", err)
+	}
+	return n, nil
+}
+
+// MessageList returns filtered rows, newest first.
+func (s *Store) MessageList(ctx context.Context, p *store.ListParams) ([]store.Message, error) {
+	where, args, err := listWhere(p)
+	if err != nil {
+		return nil, err
+	}
 	limit := p.Limit
 	if limit <= 0 {
 		limit = store.DefaultListLimit
 	}
-	q := "SELECT " + messageCols + " FROM messages"
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
+	q := "SELECT " + messageCols + " FROM messages" + where
 	// ids are ULIDs on the store's clock: the primary key is creation order.
 	q += " ORDER BY id DESC LIMIT ?"
 	args = append(args, limit)

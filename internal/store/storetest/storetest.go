@@ -430,14 +430,30 @@ func testList(t *testing.T, h Harness) {
 		{"resends of a message never resent", store.ListParams{ResendOf: e.ID}, nil},
 		{"in a tenant", store.ListParams{Tenant: "acme"}, nil},
 		{"filters combined", store.ListParams{Purpose: "marketing", State: state.Queued, To: "+15551230003"}, []string{r.Key, e.Key}},
+		{"the page before a row", store.ListParams{Before: d.ID, Limit: 2}, []string{c.Key, b.Key}},
+		{"the page before a row, filtered", store.ListParams{Before: e.ID, KeyPrefix: "order"}, []string{c.Key, b.Key, a.Key}},
 	} {
 		got := keys(must[[]store.Message](t)(s.MessageList(ctx, &tc.p)))
 		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
+		// MessageCount counts what MessageList would return without
+		// its limit (with a bound, no further than it).
+		noLimit := tc.p
+		noLimit.Limit = 0
+		all := len(must[[]store.Message](t)(s.MessageList(ctx, &noLimit)))
+		if n := must[int](t)(s.MessageCount(ctx, &tc.p, 0)); n != all {
+			t.Errorf("%s: count %d, want %d", tc.name, n, all)
+		}
+		if n := must[int](t)(s.MessageCount(ctx, &tc.p, 1)); n != min(all, 1) {
+			t.Errorf("%s: count up to 1: %d, want %d", tc.name, n, min(all, 1))
+		}
 	}
 	if _, err := s.MessageList(ctx, &store.ListParams{State: "bogus"}); !isInvalid(err) {
 		t.Errorf("an unknown state filter: err = %v, want *store.InvalidError", err)
+	}
+	if _, err := s.MessageCount(ctx, &store.ListParams{State: "bogus"}, 0); !isInvalid(err) {
+		t.Errorf("count with an unknown state filter: err = %v, want *store.InvalidError", err)
 	}
 }
 

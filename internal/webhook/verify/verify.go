@@ -76,16 +76,9 @@ func WhatsApp(body []byte, header string, appSecret []byte) error {
 	if len(appSecret) == 0 {
 		return ErrNoSecret
 	}
-	if header == "" {
-		return ErrMissingSignature
-	}
-	hexMAC, ok := strings.CutPrefix(header, whatsAppPrefix)
-	if !ok {
-		return ErrBadSignature
-	}
-	got, err := hex.DecodeString(hexMAC)
-	if err != nil || len(got) != sha256.Size {
-		return ErrBadSignature
+	got, err := whatsAppSignature(header)
+	if err != nil {
+		return err
 	}
 	// hmac.Equal runs in time independent of where the bytes differ, so an
 	// attacker cannot learn the MAC one byte at a time from response times.
@@ -93,6 +86,32 @@ func WhatsApp(body []byte, header string, appSecret []byte) error {
 		return ErrBadSignature
 	}
 	return nil
+}
+
+// WhatsAppHeader checks only the form of an X-Hub-Signature-256 header, so
+// that a server can refuse an unsigned or malformed request before it reads
+// (and holds) the body. A nil answer proves nothing: WhatsApp must still
+// check the MAC.
+//
+// Errors: ErrMissingSignature (empty header), ErrBadSignature (malformed).
+func WhatsAppHeader(header string) error {
+	_, err := whatsAppSignature(header)
+	return err
+}
+
+func whatsAppSignature(header string) ([]byte, error) {
+	if header == "" {
+		return nil, ErrMissingSignature
+	}
+	hexMAC, ok := strings.CutPrefix(header, whatsAppPrefix)
+	if !ok {
+		return nil, ErrBadSignature
+	}
+	got, err := hex.DecodeString(hexMAC)
+	if err != nil || len(got) != sha256.Size {
+		return nil, ErrBadSignature
+	}
+	return got, nil
 }
 
 // SignWhatsApp returns the X-Hub-Signature-256 value Meta would send for
@@ -169,22 +188,14 @@ func standardMAC(id, timestamp string, body, key []byte) []byte {
 	return m.Sum(nil)
 }
 
-// Verify checks a Standard Webhooks delivery: the three header values as
-// received, the raw body, and the receiver's current time.
+// Headers checks the Standard Webhooks headers without the body: all three
+// present, the timestamp well-formed and within tolerance of now. A server
+// calls it before reading the body, so that a request Verify would refuse
+// whatever its body is refused without holding the body. A nil answer
+// proves nothing: Verify must still check the MAC.
 //
-// Any secret may match any signature, so a key can be rotated on either side
-// without a window where deliveries are refused: the receiver lists old and
-// new secrets, the sender may send one "v1,..." signature per key separated
-// by spaces. Signatures of other versions (e.g. "v1a," asymmetric ones) are
-// ignored rather than refused, as the spec asks.
-//
-// The timestamp is checked before any MAC so that a replayed capture is
-// refused even though its signature is genuine; it is signed, so it cannot be
-// altered to pass. A tolerance <= 0 means DefaultTolerance.
-//
-// Errors: ErrMissingSignature (an empty header), ErrMalformedTimestamp,
-// ErrStaleTimestamp, ErrNoSecret (no non-zero secret given), ErrBadSignature.
-func Verify(id, timestamp, signatures string, body []byte, now time.Time, tolerance time.Duration, secrets ...Secret) error {
+// Errors: ErrMissingSignature, ErrMalformedTimestamp, ErrStaleTimestamp.
+func Headers(id, timestamp, signatures string, now time.Time, tolerance time.Duration) error {
 	if id == "" || timestamp == "" || signatures == "" {
 		return ErrMissingSignature
 	}
@@ -209,7 +220,28 @@ func Verify(id, timestamp, signatures string, body []byte, now time.Time, tolera
 	if diff > limit || diff < -limit {
 		return ErrStaleTimestamp
 	}
+	return nil
+}
 
+// Verify checks a Standard Webhooks delivery: the three header values as
+// received, the raw body, and the receiver's current time.
+//
+// Any secret may match any signature, so a key can be rotated on either side
+// without a window where deliveries are refused: the receiver lists old and
+// new secrets, the sender may send one "v1,..." signature per key separated
+// by spaces. Signatures of other versions (e.g. "v1a," asymmetric ones) are
+// ignored rather than refused, as the spec asks.
+//
+// The timestamp is checked before any MAC so that a replayed capture is
+// refused even though its signature is genuine; it is signed, so it cannot be
+// altered to pass. A tolerance <= 0 means DefaultTolerance.
+//
+// Errors: ErrMissingSignature (an empty header), ErrMalformedTimestamp,
+// ErrStaleTimestamp, ErrNoSecret (no non-zero secret given), ErrBadSignature.
+func Verify(id, timestamp, signatures string, body []byte, now time.Time, tolerance time.Duration, secrets ...Secret) error {
+	if err := Headers(id, timestamp, signatures, now, tolerance); err != nil {
+		return err
+	}
 	var want [][]byte
 	for _, s := range secrets {
 		if len(s.key) == 0 {
