@@ -159,7 +159,7 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 	cctx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopClock()
 	clk.start(cctx)
-	// 0. Webhook evidence first (DESIGN.md §6): deliveries stored but not
+	// 0. Webhook evidence first (docs/webhooks.md): deliveries stored but not
 	// yet processed, and statuses parked until their row's provider id
 	// was known. What they settle needs no look-up and no person. With
 	// --dry-run nothing is processed; the parked count is in msgq stats.

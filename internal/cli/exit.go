@@ -9,7 +9,7 @@ import (
 )
 
 // Exit codes: a contract scripts and cron rely on; documented in the
-// README and in every command's help. Never renumber.
+// docs/exit-codes.md and in every command's help. Never renumber.
 const (
 	ExitOK       = 0 // done
 	ExitError    = 1 // a runtime error: the store, the network, a bug

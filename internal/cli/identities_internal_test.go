@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// TestIdentitiesJSONFieldsArePinned pins identities -o json (README "JSON
-// output") and stats' queued_unsendable items. Add, never rename.
+// TestIdentitiesJSONFieldsArePinned pins identities -o json (docs/json.md)
+// and stats' queued_unsendable items. Add, never rename.
 func TestIdentitiesJSONFieldsArePinned(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -30,7 +30,7 @@ func jsonKeys(t *testing.T, v any) []string {
 }
 
 // TestJSONFieldsArePinned pins the -o json field names scripts rely on
-// (README "JSON output"). Adding a field is fine: add it here too.
+// (docs/json.md). Adding a field is fine: add it here too.
 // Renaming or removing one breaks users: don't.
 func TestJSONFieldsArePinned(t *testing.T) {
 	t.Parallel()

@@ -14,7 +14,7 @@ import (
 )
 
 // TestOperatorJSONFieldsArePinned pins the -o json fields of stuck,
-// resolve, cancel, resend and reconcile (README "JSON output"), as
+// resolve, cancel, resend and reconcile (docs/json.md), as
 // TestJSONFieldsArePinned does for the other commands. Add, never rename.
 func TestOperatorJSONFieldsArePinned(t *testing.T) {
 	t.Parallel()

@@ -128,8 +128,8 @@ func TestSendRefusesInvalidUTF8AndAcceptsABOM(t *testing.T) {
 }
 
 // TestMoreJSONFieldsArePinned pins the -o json of webhook parked,
-// unreadable and show, migrate, version and identities pause/resume (README
-// "JSON output"), which issue 13 found undocumented.
+// unreadable and show, migrate, version and identities pause/resume
+// (docs/json.md), which issue 13 found undocumented.
 func TestMoreJSONFieldsArePinned(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -1,5 +1,5 @@
 // Package drain turns queued rows into provider calls without ever making
-// one logical send twice (DESIGN.md §5): a durable claim with a lease
+// one logical send twice (docs/drain.md): a durable claim with a lease
 // before each call, the outcome classified by the retry table and written
 // through the state machine only while the lease is still ours, and every
 // call recorded as an attempt.

@@ -1,7 +1,7 @@
 // Package provider is the edge where msgq meets a messaging API. Each
 // provider sends one message with our key and reports what happened as a
 // Result the retry table can classify; provider-specific code tables live
-// with each provider (PROVIDERS.md) and map into retry classes here, never
+// with each provider (docs/providers.md) and map into retry classes here, never
 // in the drain.
 package provider
 

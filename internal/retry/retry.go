@@ -1,4 +1,4 @@
-// Package retry is msgq's retry table (DESIGN.md §4): it turns one classified
+// Package retry is msgq's retry table (docs/design.md, "Retry table"): it turns one classified
 // provider result into what happens to the row, expressed as a state-machine
 // event and, for retries, the time the row becomes eligible again.
 //
@@ -17,7 +17,7 @@ import (
 	"github.com/msgq/msgq/internal/state"
 )
 
-// Class is the retry class every provider result is classified into (DESIGN.md §4).
+// Class is the retry class every provider result is classified into (docs/design.md, "Retry table").
 type Class string
 
 // The classes. Provider code tables map into exactly one of these.
@@ -108,7 +108,7 @@ func (p Policy) Backoff(attempt int, r float64) time.Duration {
 
 // Widen is the pacing helper for the drain: after a rate_limited answer it
 // returns the wider spacing to keep between sends to that recipient or
-// identity (DESIGN.md §4). It grows by Factor up to Cap and never narrows a
+// identity (docs/design.md, "Retry table"). It grows by Factor up to Cap and never narrows a
 // spacing already above Cap; a row that was not paced at all starts at Base.
 func (p Policy) Widen(interval time.Duration) time.Duration {
 	if interval <= 0 {

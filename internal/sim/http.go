@@ -351,7 +351,7 @@ type waErrorData struct {
 	Details          string `json:"details"`
 }
 
-// The Graph API error codes the simulator returns (PROVIDERS.md).
+// The Graph API error codes the simulator returns (docs/providers.md).
 const (
 	waInvalidParameter = 100
 	waAuth             = 190

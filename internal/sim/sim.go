@@ -1,4 +1,4 @@
-// Package sim is msgq's fault-injecting provider simulator (DESIGN.md §8).
+// Package sim is msgq's fault-injecting provider simulator (docs/providers.md).
 //
 // One Sim plays a messaging provider three ways at once, over shared state:
 //   - the generic HTTP messaging API (POST /v1/messages with Idempotency-Key),

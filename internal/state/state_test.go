@@ -101,7 +101,7 @@ type pair struct {
 	ev   Event
 }
 
-// matrix is the whole machine, written out by hand from DESIGN.md §3: every
+// matrix is the whole machine, written out by hand from internal/state/MACHINE.md: every
 // (from, event) pair with its outcome. TestTransitionMatrixCoversEveryPair
 // fails if a state or event is added without a row here.
 var matrix = []struct {

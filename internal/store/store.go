@@ -135,7 +135,7 @@ type Store interface {
 	// bad filter.
 	MessageStuck(ctx context.Context, p *StuckParams) ([]StuckMessage, error)
 
-	// Stats returns the queue's vital signs at p.Now (DESIGN.md §9).
+	// Stats returns the queue's vital signs at p.Now (docs/operations.md).
 	Stats(ctx context.Context, p *StatsParams) (*Stats, error)
 
 	// ClockNow returns the store's clock: the time every decision that

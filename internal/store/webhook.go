@@ -8,7 +8,7 @@ import (
 	"github.com/msgq/msgq/internal/state"
 )
 
-// The evidence side of a store (DESIGN.md §6): raw webhook deliveries kept
+// The evidence side of a store (docs/webhooks.md): raw webhook deliveries kept
 // before they are acknowledged, the statuses and inbound messages parsed
 // from them, and the customer-service windows inbound messages open.
 //
@@ -128,7 +128,7 @@ type MatchRow struct {
 	LeaseUntil                          *time.Time
 }
 
-// MatchStatus decides which row a status is about (DESIGN.md §11:
+// MatchStatus decides which row a status is about (docs/webhooks.md:
 // evidence is matched within the identity whose endpoint received it).
 // byPID are the rows of st.Identity whose provider id is st.ProviderID
 // (at most two are needed), ref the row st.CallbackRef names (nil when
@@ -599,7 +599,7 @@ func (ev *IngestedEvent) origin() (provider, identity string) {
 // PrepareStatus completes a status as a store's ingest keeps it: its
 // event, the event's provider and identity when the parser named none (ev
 // is nil for an event the store does not have), and a dedupe key when the
-// provider sent no delivery id (DESIGN.md §6: provider id, status and
+// provider sent no delivery id (docs/webhooks.md: provider id, status and
 // timestamp identify a status across deliveries).
 func PrepareStatus(st *StatusEvidence, eventID string, ev *IngestedEvent) {
 	provider, identity := ev.origin()

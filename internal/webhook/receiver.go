@@ -1,5 +1,5 @@
 // Package webhook receives providers' webhooks and turns them into
-// evidence (DESIGN.md §6). The Receiver is the HTTP side: it verifies a
+// evidence (docs/webhooks.md). The Receiver is the HTTP side: it verifies a
 // delivery, stores it raw and durably, and only then answers 200, so a
 // provider retries anything msgq did not keep. The Processor reads stored
 // deliveries afterwards and writes what they say through the store, so a

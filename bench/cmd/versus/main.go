@@ -1,6 +1,6 @@
 // Command versus measures msgq and River side by side on one PostgreSQL
 // database and one file system; `versus -h` tells how. bench/run runs it
-// with the defaults the README quotes.
+// with the defaults bench/README.md quotes.
 package main
 
 import (

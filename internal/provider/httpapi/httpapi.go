@@ -1,5 +1,5 @@
 // Package httpapi sends messages through the generic idempotent JSON
-// messaging API of PROVIDERS.md (the "http" provider) and classifies every
+// messaging API of docs/providers.md (the "http" provider) and classifies every
 // answer into a retry class. The provider deduplicates by Idempotency-Key,
 // so Idempotent() is true: a call whose outcome is unknown may be repeated
 // with the same key.
@@ -144,7 +144,7 @@ func New(cfg Config) *Client {
 	if u, err := url.Parse(strings.TrimRight(cfg.BaseURL, "/")); err == nil &&
 		(u.Scheme == "https" || u.Scheme == "http") && u.Host != "" {
 		// The API's version is part of every path msgq appends; a base URL
-		// written with it (https://api.example.com/v1, as the README has
+		// written with it (https://api.example.com/v1, as docs/configuration.md has
 		// long shown) means the same API, not /v1/v1/messages.
 		u.Path = strings.TrimSuffix(u.Path, apiVersion)
 		u.RawPath = ""
@@ -356,7 +356,7 @@ func rawCode(raw json.RawMessage) string {
 }
 
 // ValidKey reports whether key fits the Idempotency-Key grammar of
-// PROVIDERS.md: 1-64 of A-Za-z0-9._:-.
+// docs/providers.md: 1-64 of A-Za-z0-9._:-.
 func ValidKey(key string) bool {
 	if len(key) < 1 || len(key) > 64 {
 		return false

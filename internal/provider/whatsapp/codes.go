@@ -12,14 +12,14 @@ const (
 	// PairRateLimitDelay (131056): Meta allows one message per 6 s to the
 	// same user; its suggested 4^n s schedule is the retry table's backoff.
 	PairRateLimitDelay = 6 * time.Second
-	// SpamRateLimitDelay (131048): PROVIDERS.md says "hours" without a
+	// SpamRateLimitDelay (131048): docs/providers.md says "hours" without a
 	// number; 4 h is our choice.
 	SpamRateLimitDelay = 4 * time.Hour
 	// EcosystemDelay (131049): Meta says wait at least 24 h.
 	EcosystemDelay = 24 * time.Hour
 )
 
-// codeClasses is the table of PROVIDERS.md, code by code. Codes 200-299
+// codeClasses is the table of docs/providers.md, code by code. Codes 200-299
 // (permissions) are a range, handled in CodeClass.
 var codeClasses = map[int64]retry.Class{
 	// Cannot authenticate / token expired.
@@ -69,7 +69,7 @@ var codeDelays = map[int64]time.Duration{
 	131049: EcosystemDelay,
 }
 
-// CodeClass maps one Meta error code to its retry class per PROVIDERS.md,
+// CodeClass maps one Meta error code to its retry class per docs/providers.md,
 // with the minimum delay msgq attaches to it (0 for none). known is false
 // for a code the table does not list; the class is then "" and the caller
 // decides (Send uses the HTTP status as a tie-breaker, see classifyError).

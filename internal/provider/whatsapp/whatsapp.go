@@ -1,5 +1,5 @@
 // Package whatsapp sends messages through Meta's WhatsApp Business Cloud API
-// (PROVIDERS.md) and classifies every answer into a retry class.
+// (docs/providers.md) and classifies every answer into a retry class.
 //
 // # Request
 //
@@ -40,7 +40,7 @@
 //
 // Error: {"error":{"message":..,"type":..,"code":N,"error_subcode":M,
 // "error_data":{"messaging_product":"whatsapp","details":..},"fbtrace_id":..}}.
-// The class comes from code alone (CodeClass, the table of PROVIDERS.md);
+// The class comes from code alone (CodeClass, the table of docs/providers.md);
 // the message text and the HTTP status never decide it, except that a code
 // the table does not list falls back on the status:
 //

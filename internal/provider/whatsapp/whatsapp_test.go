@@ -181,7 +181,7 @@ func TestSendSuccessGivesTheWamid(t *testing.T) {
 	}
 }
 
-// The table of PROVIDERS.md, code by code. Each code is sent with a 4xx and
+// The table of docs/providers.md, code by code. Each code is sent with a 4xx and
 // a 5xx status: the class must come from the code alone.
 var documentedCodes = []struct {
 	codes []int

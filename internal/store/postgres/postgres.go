@@ -1,5 +1,5 @@
 // Package postgres is msgq's shared store: one PostgreSQL database used by
-// drains and senders on many hosts at once (DESIGN.md §5). Every claim and
+// drains and senders on many hosts at once (docs/drain.md). Every claim and
 // outcome is one committed transaction; rows are locked (FOR UPDATE, SKIP
 // LOCKED for claims) rather than the whole database.
 package postgres

@@ -137,7 +137,7 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 }
 
 // expireDue ends queued rows whose deadline has passed: sending them
-// now would be worthless (DESIGN.md §2). A row none of whose calls can
+// now would be worthless (docs/design.md). A row none of whose calls can
 // have gone out fails as expired; one whose earlier call may have
 // (maybe_sent) becomes unknown, for a person to decide.
 func (s *Store) expireDue(ctx context.Context, tx *sql.Tx, now time.Time) error {

@@ -1,6 +1,6 @@
 // Package sqlite is msgq's embedded store: one SQLite file, in WAL mode with
 // synchronous=FULL so that every committed claim and outcome survives a power
-// cut (DESIGN.md §5), shared safely by many processes on one host.
+// cut (docs/drain.md), shared safely by many processes on one host.
 package sqlite
 
 import (

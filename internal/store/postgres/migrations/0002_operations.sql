@@ -1,4 +1,4 @@
--- Operations (DESIGN.md §9): what msgq stuck, stats, health and purge read.
+-- Operations (docs/operations.md): what msgq stuck, stats, health and purge read.
 -- Rows by identity and state are counted when asked (parallel scans); a
 -- counter row kept by triggers would serialise every drain's claims on it.
 

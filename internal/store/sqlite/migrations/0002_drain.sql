@@ -1,5 +1,5 @@
 -- Drain: sending identities' pause state, and pacing shared by every drain
--- process (DESIGN.md §5). Times are INTEGER Unix microseconds, UTC.
+-- process (docs/drain.md). Times are INTEGER Unix microseconds, UTC.
 
 CREATE TABLE identities (
     name          TEXT    NOT NULL PRIMARY KEY,

@@ -1,4 +1,4 @@
--- Operations (DESIGN.md §9): what msgq stuck, stats, health and purge read.
+-- Operations (docs/operations.md): what msgq stuck, stats, health and purge read.
 
 -- Rows by identity and state, kept by triggers in the transaction that
 -- changes a row, so stats answers in constant time on any queue size (a

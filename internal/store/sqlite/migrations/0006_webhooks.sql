@@ -1,4 +1,4 @@
--- Evidence (DESIGN.md §6): raw webhook deliveries, the statuses and inbound
+-- Evidence (docs/webhooks.md): raw webhook deliveries, the statuses and inbound
 -- messages read from them, and the customer-service windows inbound
 -- messages open. Times are INTEGER Unix microseconds, UTC.
 
