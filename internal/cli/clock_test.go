@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/msgq/msgq/internal/store"
 )
 
 // The tests in this file run one msgq process as if on a host whose clock
@@ -264,8 +266,11 @@ func TestASkewedHostTakesNoLiveLeaseAndHidesNoExpiredOne(t *testing.T) {
 			} else {
 				t.Logf("the machine is slow: only %d leases had 3s left; skipped the check of live leases", n)
 			}
-			waitSQL(t, db, 0, "killed rows whose lease is live on the server's clock",
-				"SELECT count(*) FROM messages WHERE state = 'sending' AND lease_until > now()")
+			// Past the lease and the takeover margin (store.TakeoverMargin),
+			// which is when stuck and reconcile call a lease expired.
+			waitSQL(t, db, 0, "killed rows whose lease (plus the takeover margin) is live on the server's clock",
+				fmt.Sprintf("SELECT count(*) FROM messages WHERE state = 'sending' AND lease_until + interval '%d microseconds' > now()",
+					store.TakeoverMargin.Microseconds()))
 			for _, env := range []*msgqEnv{e, skew} {
 				rs := stuckRows(t, env, "--state", "sending")
 				expired := 0
@@ -364,7 +369,10 @@ func TestASkewedHostKeepsSchedulesAndDeadlines(t *testing.T) {
 	for _, off := range skewOffsets {
 		t.Run(skewName(off), func(t *testing.T) {
 			t.Parallel()
-			e, base, db := clockEnv(t, nil, "")
+			// Unpaced: the two deadline rows go to one recipient, and
+			// WhatsApp's default spacing would hold the second past this
+			// one-shot drain.
+			e, base, db := clockEnv(t, nil, "    rate: off\n    per_recipient_interval: off\n")
 			skew := e.skewed(off)
 			for _, env := range []struct {
 				name string

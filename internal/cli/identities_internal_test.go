@@ -17,9 +17,9 @@ func TestIdentitiesJSONFieldsArePinned(t *testing.T) {
 		v    any
 		want []string
 	}{
-		{"an identity", identityRow{}, []string{"channels", "configured", "missing_env", "name", "paused", "paused_at", "paused_reason",
+		{"an identity", identityRow{}, []string{"channels", "configured", "last_notice", "missing_env", "name", "paused", "paused_at", "paused_reason",
 			"per_recipient_default", "per_recipient_interval", "provider", "queued", "rate", "rate_default", "sending", "sends_here",
-			"service_window", "unknown", "webhooks"}},
+			"service_window", "template_holds", "unknown", "webhooks"}},
 		{"a queue that cannot send from here", unsendableQueue{}, []string{"identity", "queued", "why"}},
 	} {
 		if got := jsonKeys(t, tc.v); !slices.Equal(got, tc.want) {
