@@ -50,7 +50,7 @@ func addClockWarnFlag(cmd *cobra.Command) {
 
 // clockWarn parses the clock_warn setting.
 func (c *config) clockWarn() (time.Duration, error) {
-	d, err := time.ParseDuration(c.ClockWarn)
+	d, err := parseDuration(c.ClockWarn)
 	if err != nil || d <= 0 {
 		return 0, usagef("--%s (clock_warn) %q: want a positive duration like 2s", clockWarnFlag, c.ClockWarn)
 	}

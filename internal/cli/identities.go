@@ -210,7 +210,7 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 		}
 	case "off":
 	default:
-		d, err := time.ParseDuration(ic.ServiceWindow)
+		d, err := parseDuration(ic.ServiceWindow)
 		if err != nil || d <= 0 {
 			return nil, fmt.Errorf("service_window %q is not a duration like 24h (or off)", ic.ServiceWindow)
 		}
@@ -252,7 +252,7 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 		return nil, fmt.Errorf("pacing_headroom %v must be a share in [0, 1), e.g. 0.1", h)
 	}
 	if perRcpt != "" && perRcpt != settingOff {
-		d, err := time.ParseDuration(perRcpt)
+		d, err := parseDuration(perRcpt)
 		if err != nil || d < 0 {
 			return nil, fmt.Errorf("per_recipient_interval %q is not a duration like 6s (or off)", perRcpt)
 		}
@@ -270,7 +270,7 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 		if f.v == "" {
 			continue
 		}
-		d, err := time.ParseDuration(f.v)
+		d, err := parseDuration(f.v)
 		if err != nil {
 			return nil, fmt.Errorf("%s %q is not a duration like 5s", f.key, f.v)
 		}

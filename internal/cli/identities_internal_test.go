@@ -110,3 +110,23 @@ func TestASpecsChannelDefaultsToItsIdentitys(t *testing.T) {
 		}
 	}
 }
+
+// TestIdentityDurationsTakeTheOneGrammar: the identities' durations read
+// parseDuration's grammar (days included), like every flag (issue 13 §4).
+func TestIdentityDurationsTakeTheOneGrammar(t *testing.T) {
+	t.Parallel()
+	ic := identityConfig{Provider: providerHTTP, BaseURL: "http://x", TokenEnv: "T", ServiceWindow: "1d",
+		PerRecipientInterval: "1d12h"}
+	ic.Retry.Base, ic.Retry.Cap = "1d", "2d"
+	id, err := parseIdentity("x", ic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id.Window != 24*time.Hour || id.Pacing.PerRecipient != 36*time.Hour || id.Policy.Base != 24*time.Hour || id.Policy.Cap != 48*time.Hour {
+		t.Errorf("window %s, per recipient %s, retry base %s cap %s", id.Window, id.Pacing.PerRecipient, id.Policy.Base, id.Policy.Cap)
+	}
+	ic.ServiceWindow = "1x"
+	if _, err := parseIdentity("x", ic); err == nil {
+		t.Error("service_window 1x was accepted")
+	}
+}

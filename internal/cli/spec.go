@@ -118,7 +118,7 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	if s.NotBefore != "" {
 		if t, err := time.Parse(time.RFC3339, s.NotBefore); err == nil {
 			p.NotBefore = t
-		} else if d, err := time.ParseDuration(s.NotBefore); err == nil {
+		} else if d, err := parseDuration(s.NotBefore); err == nil {
 			p.NotBeforeIn = d
 		} else {
 			return p, &store.InvalidError{Field: "not_before", Msg: fmt.Sprintf("%q is neither an RFC 3339 time nor a duration like 10m", s.NotBefore)}
