@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 )
@@ -157,7 +157,7 @@ func runResend(ctx context.Context, a *app, o *resendOptions) error {
 		// Taken meanwhile by a message with the same content.
 		return &resendConflictError{o.key, m.ID, rowLabel(orig)}
 	}
-	a.log.Debug("resent", "id", m.ID, "key", m.Key, "resend_of", orig.ID, "to", phone.Mask(m.To), "replayed", res.Replayed)
+	a.log.Debug("resent", "id", m.ID, "key", m.Key, "resend_of", orig.ID, "to", recipient.Mask(m.Channel, m.To), "replayed", res.Replayed)
 	if a.cfg.Output == outJSON {
 		return printJSON(a.ios.Out, sendResult{m, res.Replayed})
 	}

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/store"
 )
 
@@ -134,7 +134,7 @@ func runSend(ctx context.Context, a *app, o *sendOptions) error {
 		return redactErr(a.cfg.Store, err)
 	}
 	m := res.Message
-	a.log.Debug("enqueued", "id", m.ID, "key", m.Key, "to", phone.Mask(m.To), "replayed", res.Replayed)
+	a.log.Debug("enqueued", "id", m.ID, "key", m.Key, "to", recipient.Mask(m.Channel, m.To), "replayed", res.Replayed)
 	if a.cfg.Output == outJSON {
 		return printJSON(a.ios.Out, sendResult{m, res.Replayed})
 	}

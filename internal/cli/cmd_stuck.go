@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 )
@@ -144,7 +144,7 @@ func printStuck(a *app, rows []stuckRow, now time.Time) error {
 				lease = "ended " + stamp(*r.LeaseUntil) + ", taken over from " + stamp(r.LeaseUntil.Add(store.TakeoverMargin))
 			}
 		}
-		out = append(out, []string{r.ID, r.Key, string(r.State), lease, r.Identity, phone.Mask(r.To), ageLabel(r.Age),
+		out = append(out, []string{r.ID, r.Key, string(r.State), lease, r.Identity, recipient.Mask(r.Channel, r.To), ageLabel(r.Age),
 			strconv.Itoa(r.Attempts), orDash(r.LastCode)})
 	}
 	return printTable(a.ios.Out, []string{"ID", "KEY", "STATE", "LEASE", "IDENTITY", "TO", "AGE", "ATTEMPTS", "LAST CODE"}, out)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/store"
 )
 
@@ -49,6 +50,7 @@ func exitCode(err error) int {
 		ue *usageError
 		ie *store.InvalidError
 		pe *phone.Error
+		re *recipient.Error
 		ee *exitError
 	)
 	switch {
@@ -63,7 +65,7 @@ func exitCode(err error) int {
 		// have is not malformed input (exit 2 is for what is refused
 		// before anything is looked up); it is a lookup that failed.
 		return ExitError
-	case errors.As(err, &ue), errors.As(err, &ie), errors.As(err, &pe):
+	case errors.As(err, &ue), errors.As(err, &ie), errors.As(err, &pe), errors.As(err, &re):
 		return ExitUsage
 	}
 	return ExitError

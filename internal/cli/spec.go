@@ -6,7 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/store"
 )
 
@@ -95,11 +95,6 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	if s.To == "" {
 		return p, &store.InvalidError{Field: "to", Msg: "is required"}
 	}
-	to, err := phone.Normalize(s.To, pick(s.Region, d.Region))
-	if err != nil {
-		return p, err
-	}
-	p.To = to
 	// The identity decides the default channel. A name that is not
 	// configured would wait in the queue forever, claimed by no drain.
 	id := d.Identities[p.Identity]
@@ -115,6 +110,18 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 		return p, &store.InvalidError{Field: "channel", Msg: fmt.Sprintf("identity %s (provider %s) does not send on %s (it sends on %s)",
 			p.Identity, id.Config.Provider, p.Channel, strings.Join(id.Channels, ", "))}
 	}
+	// The address is read as its channel's kind (a number for whatsapp and
+	// sms), once the channel is known. A channel msgq has no addresses for
+	// is the store's to refuse; its number is read as a number meanwhile.
+	channel := p.Channel
+	if !recipient.Known(channel) {
+		channel = recipient.WhatsApp
+	}
+	to, err := recipient.Normalize(channel, s.To, pick(s.Region, d.Region))
+	if err != nil {
+		return p, err
+	}
+	p.To = to
 	if s.NotBefore != "" {
 		if t, err := time.Parse(time.RFC3339, s.NotBefore); err == nil {
 			p.NotBefore = t

@@ -17,8 +17,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/provider"
+	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/retry"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -500,7 +500,7 @@ func (d *drainer) leaseOK(start LeaseStart, wait time.Duration) (bool, string) {
 func (d *drainer) send(ctx context.Context, c *store.Claimed, start LeaseStart) {
 	cfg := d.cfg
 	id := cfg.Identities[c.Identity]
-	log := cfg.Log.With("id", c.ID, "key", c.Key, "to", phone.Mask(c.To), "identity", c.Identity, "attempt", c.Attempts)
+	log := cfg.Log.With("id", c.ID, "key", c.Key, "to", recipient.Mask(c.Channel, c.To), "identity", c.Identity, "attempt", c.Attempts)
 
 	// A slot that would end too close to the lease's end: give the row
 	// back now rather than wait for a call that could not be made.
