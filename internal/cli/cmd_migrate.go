@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/msgq/msgq/internal/storeopen"
 )
 
 func newMigrateCmd(a *app) *cobra.Command {
@@ -17,7 +19,7 @@ several processes at once.
 ` + exitStatusHelp,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := openStore(cmd.Context(), a.cfg.Store, true, a.log, a.now)
+			st, err := storeopen.Open(cmd.Context(), a.cfg.Store, storeopen.Options{NoMigrate: true, Log: a.log, Now: a.now})
 			if err != nil {
 				return err
 			}
@@ -41,14 +43,14 @@ several processes at once.
 				if applied == nil {
 					applied = []int{}
 				}
-				return printJSON(a.ios.Out, map[string]any{"store": redactURL(a.cfg.Store), "applied": applied,
+				return printJSON(a.ios.Out, map[string]any{"store": storeopen.RedactURL(a.cfg.Store), "applied": applied,
 					"provider_id_collisions": ws.ProviderIDCollisions})
 			}
 			if len(applied) == 0 {
-				_, err = fmt.Fprintf(a.ios.Out, "%s: schema is up to date\n", redactURL(a.cfg.Store))
+				_, err = fmt.Fprintf(a.ios.Out, "%s: schema is up to date\n", storeopen.RedactURL(a.cfg.Store))
 				return err
 			}
-			_, err = fmt.Fprintf(a.ios.Out, "%s: applied migrations %v\n", redactURL(a.cfg.Store), applied)
+			_, err = fmt.Fprintf(a.ios.Out, "%s: applied migrations %v\n", storeopen.RedactURL(a.cfg.Store), applied)
 			return err
 		},
 	}

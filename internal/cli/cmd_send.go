@@ -7,6 +7,7 @@ import (
 
 	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/storeopen"
 )
 
 type sendOptions struct {
@@ -131,7 +132,7 @@ func runSend(ctx context.Context, a *app, o *sendOptions) error {
 		return err
 	})
 	if err != nil {
-		return redactErr(a.cfg.Store, err)
+		return storeopen.RedactErr(a.cfg.Store, err)
 	}
 	m := res.Message
 	a.log.Debug("enqueued", "id", m.ID, "key", m.Key, "to", recipient.Mask(m.Channel, m.To), "replayed", res.Replayed)

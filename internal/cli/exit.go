@@ -7,6 +7,7 @@ import (
 	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/storeopen"
 )
 
 // Exit codes: a contract scripts and cron rely on; documented in the
@@ -52,6 +53,7 @@ func exitCode(err error) int {
 		pe *phone.Error
 		re *recipient.Error
 		ee *exitError
+		se *storeopen.URLError
 	)
 	switch {
 	case err == nil:
@@ -65,7 +67,8 @@ func exitCode(err error) int {
 		// have is not malformed input (exit 2 is for what is refused
 		// before anything is looked up); it is a lookup that failed.
 		return ExitError
-	case errors.As(err, &ue), errors.As(err, &ie), errors.As(err, &pe), errors.As(err, &re):
+	case errors.As(err, &ue), errors.As(err, &ie), errors.As(err, &pe), errors.As(err, &re),
+		errors.As(err, &se):
 		return ExitUsage
 	}
 	return ExitError

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/storeopen"
 )
 
 // Main runs msgq with the process's arguments and streams and returns the
@@ -56,9 +57,9 @@ func Run(ctx context.Context, args []string, ios *IOStreams) int {
 	}
 	// Every error line is cleaned of the store's password, whichever
 	// command (or driver) wrote the message.
-	msg := redactQuotedURLs(err.Error())
+	msg := storeopen.RedactQuotedURLs(err.Error())
 	if a.cfg != nil {
-		msg = redactText(a.cfg.Store, msg)
+		msg = storeopen.RedactText(a.cfg.Store, msg)
 	}
 	fmt.Fprintf(ios.Err, "msgq: %s\n", oneLine(msg))
 	return exitCode(err)
@@ -146,7 +147,7 @@ func (a *app) store(ctx context.Context) (store.Store, error) {
 	if a.st != nil {
 		return a.st, nil
 	}
-	st, err := openStore(ctx, a.cfg.Store, false, a.log, a.now)
+	st, err := storeopen.Open(ctx, a.cfg.Store, storeopen.Options{Log: a.log, Now: a.now})
 	if err != nil {
 		return nil, err
 	}

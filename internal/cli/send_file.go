@@ -16,7 +16,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/msgq/msgq/internal/store"
-	"github.com/msgq/msgq/internal/store/postgres"
+	"github.com/msgq/msgq/internal/storeopen"
 )
 
 // bulkBatch is how many lines one transaction carries: large enough to
@@ -73,7 +73,7 @@ func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
 		st, err = a.store(ctx)
 		return err
 	}); err != nil {
-		return redactErr(a.cfg.Store, err)
+		return storeopen.RedactErr(a.cfg.Store, err)
 	}
 	b := &bulk{a: a, st: st, defs: a.sendDefaults(o), out: bufio.NewWriterSize(a.ios.Out, 64<<10)}
 
@@ -252,8 +252,8 @@ func (b *bulk) flush(ctx context.Context, bt *batch) error {
 	})
 	if err != nil {
 		first, last := bt.lines[0].Line, bt.lines[len(bt.lines)-1].Line
-		err = redactErr(b.a.cfg.Store, err)
-		if postgres.ConnectionLost(err) {
+		err = storeopen.RedactErr(b.a.cfg.Store, err)
+		if storeopen.ConnectionLost(err) {
 			// The commit's answer may be what was lost.
 			return fmt.Errorf("enqueue lines %d-%d (they may have been written, earlier lines were; running the file again is safe): %w", first, last, err)
 		}

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/msgq/msgq/internal/store/postgres"
+	"github.com/msgq/msgq/internal/storeopen"
 )
 
 // storeRetryFor bounds how long send keeps trying a store it cannot reach:
@@ -25,7 +25,7 @@ func (a *app) retryLostConnection(ctx context.Context, op func() error) error {
 	wait := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := op()
-		if err == nil || ctx.Err() != nil || !postgres.ConnectionLost(err) {
+		if err == nil || ctx.Err() != nil || !storeopen.ConnectionLost(err) {
 			return err
 		}
 		// Full jitter: many senders that lost one database together do not
@@ -34,7 +34,7 @@ func (a *app) retryLostConnection(ctx context.Context, op func() error) error {
 		if time.Since(start)+pause > storeRetryFor {
 			return fmt.Errorf("%w (gave up after %d attempts in %.1fs)", err, attempt, time.Since(start).Seconds())
 		}
-		a.log.Warn("store unreachable; retrying", "attempt", attempt, "err", redactErr(a.cfg.Store, err).Error(), "in", pause.Round(time.Millisecond))
+		a.log.Warn("store unreachable; retrying", "attempt", attempt, "err", storeopen.RedactErr(a.cfg.Store, err).Error(), "in", pause.Round(time.Millisecond))
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
