@@ -6,8 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/msgq/msgq/internal/state"
-	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/operator"
 )
 
 type cancelOptions struct {
@@ -65,24 +64,10 @@ func runCancel(ctx context.Context, a *app, o *cancelOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := messageByRef(ctx, st, a.cfg.Tenant, o.ref)
+	res, err := operator.Cancel(ctx, operator.CancelConfig{Store: st, Tenant: a.cfg.Tenant, Ref: o.ref, Note: o.note, By: o.by})
 	if err != nil {
 		return err
 	}
-	ev := state.Event{Kind: state.Cancel}
-	if err := machineAllows("cancel", m, ev); err != nil {
-		return err
-	}
-	what := "canceled by " + strings.TrimSpace(o.by)
-	if n := strings.TrimSpace(o.note); n != "" {
-		what += ": " + n
-	}
-	after, err := st.MessageTransition(ctx, &store.TransitionParams{
-		ID: m.ID, From: m.State, Event: ev, Source: store.SourceOperator, Detail: what, Resolution: what,
-	})
-	if err != nil {
-		return transitionError("cancel", m, err)
-	}
-	a.log.Debug("canceled", "id", m.ID, "key", m.Key)
-	return printOperatorResult(a, m, after, what)
+	a.log.Debug("canceled", "id", res.Before.ID, "key", res.Before.Key)
+	return printOperatorResult(a, res.Before, res.After, res.Resolution)
 }

@@ -2,13 +2,12 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/operator"
 	"github.com/msgq/msgq/internal/recipient"
-	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 )
 
@@ -83,81 +82,24 @@ the row and its state; it exits 1 and writes nothing.
 	return cmd
 }
 
-// resendConflictError is a NEWKEY that names a message other than a resend
-// of this original (exit 3, like any key reused for another message).
-type resendConflictError struct {
-	key, existingID, original string
-}
-
-func (e *resendConflictError) Error() string {
-	return fmt.Sprintf("key %q is already used by message %s, which is not a resend of %s", e.key, e.existingID, e.original)
-}
-
-func (e *resendConflictError) Is(target error) bool { return target == store.ErrConflict }
-
 func runResend(ctx context.Context, a *app, o *resendOptions) error {
 	st, err := a.store(ctx)
 	if err != nil {
 		return err
 	}
-	orig, err := messageByRef(ctx, st, a.cfg.Tenant, o.ref)
-	if err != nil {
-		return err
-	}
-	if o.key == orig.Key {
-		return usagef("--key %q is the original's own key: a resend is a new logical send and needs a new key", o.key)
-	}
-	// A replay of this very resend returns the row it made, whatever the
-	// original's state has become since; a key held by any other message
-	// is a conflict. MessageEnqueue decides both again atomically below.
-	existing, err := st.MessageGet(ctx, orig.Tenant, o.key)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		existing = nil
-	case err != nil:
-		return err
-	}
-	if existing != nil && existing.ResendOf != orig.ID {
-		return &resendConflictError{o.key, existing.ID, rowLabel(orig)}
-	}
-	if existing == nil {
-		if err := resendAllowed(orig, o); err != nil {
-			return err
-		}
-		// A second resend (under yet another key) sends the content again
-		// on top of the first resend: that is a duplicate for the
-		// customer unless someone means it.
-		earlier, err := st.MessageList(ctx, &store.ListParams{Tenant: orig.Tenant, ResendOf: orig.ID, Limit: 1})
-		if err != nil {
-			return err
-		}
-		if len(earlier) > 0 && !o.force {
-			return refusedf(state.ErrRefused, "cannot resend %s: it was already resent as %s (%s, %s); another resend may reach the customer twice; use --force to send it again anyway",
-				rowLabel(orig), earlier[0].Key, earlier[0].ID, earlier[0].State)
-		}
-	}
-	if orig.Payload == nil {
-		return fmt.Errorf("cannot resend %s: its content was purged (msgq purge), so there is nothing to copy", rowLabel(orig))
-	}
-	// The copy goes out through the original's identity: one no longer
-	// configured would leave it queued forever, claimed by no drain.
-	if _, ok := a.cfg.Identities[orig.Identity]; !ok && existing == nil {
-		return unknownIdentity(orig.Identity, a.cfg.Identities)
-	}
-	p := &store.EnqueueParams{
-		Tenant: orig.Tenant, Key: o.key, To: orig.To, Channel: orig.Channel, Identity: orig.Identity,
-		Purpose: orig.Purpose, TriggerRef: orig.TriggerRef, Lane: orig.Lane, Payload: *orig.Payload, ResendOf: orig.ID,
-	}
-	res, err := st.MessageEnqueue(ctx, p)
+	res, err := operator.Resend(ctx, operator.ResendConfig{Store: st, Tenant: a.cfg.Tenant, Ref: o.ref, Key: o.key,
+		AcceptRisk: o.acceptRisk, Force: o.force,
+		CheckIdentity: func(name string) error {
+			if _, ok := a.cfg.Identities[name]; !ok {
+				return unknownIdentity(name, a.cfg.Identities)
+			}
+			return nil
+		}})
 	if err != nil {
 		return err
 	}
 	m := res.Message
-	if m.ResendOf != orig.ID {
-		// Taken meanwhile by a message with the same content.
-		return &resendConflictError{o.key, m.ID, rowLabel(orig)}
-	}
-	a.log.Debug("resent", "id", m.ID, "key", m.Key, "resend_of", orig.ID, "to", recipient.Mask(m.Channel, m.To), "replayed", res.Replayed)
+	a.log.Debug("resent", "id", m.ID, "key", m.Key, "resend_of", res.Original.ID, "to", recipient.Mask(m.Channel, m.To), "replayed", res.Replayed)
 	if a.cfg.Output == outJSON {
 		return printJSON(a.ios.Out, sendResult{m, res.Replayed})
 	}
@@ -167,34 +109,4 @@ func runResend(ctx context.Context, a *app, o *resendOptions) error {
 	}
 	return printTable(a.ios.Out, []string{"ID", "KEY", "STATE", "TO", "RESEND OF", "RESULT"},
 		[][]string{{m.ID, m.Key, string(m.State), m.To, m.ResendOf, verb}})
-}
-
-// resendAllowed says whether orig may be sent again, given the flags: the
-// table in the command's help.
-func resendAllowed(orig *store.Message, o *resendOptions) error {
-	refuse := func(why string) error {
-		return refusedf(state.ErrRefused, "cannot resend %s: it is %s; %s", rowLabel(orig), stateLabel(orig), why)
-	}
-	switch orig.State {
-	case state.Failed:
-		if orig.MaybeSent && orig.Reason != state.Resolved && !o.acceptRisk {
-			return refuse("an earlier call's answer was lost (maybe_sent), so it may have reached the phone and the customer may get it twice; resend with --accept-duplicate-risk if that is acceptable")
-		}
-		return nil
-	case state.Unknown:
-		if !o.acceptRisk {
-			return refuse("its first send may have reached the phone, so the customer may get it twice; find out first (msgq reconcile, msgq resolve --as failed) or resend with --accept-duplicate-risk")
-		}
-		return nil
-	case state.Sent, state.Delivered, state.Read:
-		if !o.force {
-			return refuse("the provider accepted it, so the customer has it or will; resend with --force to send it again anyway")
-		}
-		return nil
-	case state.Queued:
-		return refuse("it may still go out; cancel it first (msgq cancel) if it must not")
-	case state.Sending:
-		return refuse("a drain may be sending it right now; wait for its outcome (msgq stuck, msgq reconcile)")
-	}
-	return refuse("msgq does not know this state")
 }

@@ -2,14 +2,13 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/user"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/operator"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 )
@@ -93,24 +92,13 @@ func runResolve(ctx context.Context, a *app, o *resolveOptions) error {
 	if err != nil {
 		return err
 	}
-	m, err := messageByRef(ctx, st, a.cfg.Tenant, o.ref)
+	res, err := operator.Resolve(ctx, operator.ResolveConfig{Store: st, Tenant: a.cfg.Tenant, Ref: o.ref,
+		As: state.State(o.as), Note: o.note, By: o.by})
 	if err != nil {
 		return err
 	}
-	verdict := state.State(o.as)
-	ev := state.Event{Kind: state.Resolve, Status: verdict}
-	if err := machineAllows("resolve", m, ev); err != nil {
-		return err
-	}
-	resolution := fmt.Sprintf("%s by %s: %s", verdict, strings.TrimSpace(o.by), strings.TrimSpace(o.note))
-	after, err := st.MessageTransition(ctx, &store.TransitionParams{
-		ID: m.ID, From: m.State, Event: ev, Source: store.SourceOperator, Detail: resolution, Resolution: resolution,
-	})
-	if err != nil {
-		return transitionError("resolve", m, err)
-	}
-	a.log.Debug("resolved", "id", m.ID, "key", m.Key, "from", m.State, "to", after.State)
-	return printOperatorResult(a, m, after, resolution)
+	a.log.Debug("resolved", "id", res.Before.ID, "key", res.Before.Key, "from", res.Before.State, "to", res.After.State)
+	return printOperatorResult(a, res.Before, res.After, res.Resolution)
 }
 
 // printOperatorResult prints what resolve or cancel did: one row, from and
@@ -123,53 +111,6 @@ func printOperatorResult(a *app, before, after *store.Message, what string) erro
 		[][]string{{after.ID, after.Key, stateLabel(before), stateLabel(after), what}})
 }
 
-// messageByRef reads the row ref (an id or a key) of tenant, naming both
-// when there is none.
-func messageByRef(ctx context.Context, st store.Store, tenant, ref string) (*store.Message, error) {
-	m, err := st.MessageGet(ctx, tenant, ref)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("no message with id or key %q in tenant %q: %w", ref, tenant, err)
-	}
-	return m, err
-}
-
-// rowLabel names a row for a one-line message: its key and id.
-func rowLabel(m *store.Message) string { return fmt.Sprintf("%s (%s)", m.Key, m.ID) }
-
-// machineAllows asks the state machine (pure, no I/O) whether ev may apply to
-// the row as read, so that a refusal names the row and its state. The
-// store asks the machine again when it writes, conditionally on that state.
-func machineAllows(verb string, m *store.Message, ev state.Event) error {
-	if _, err := state.Transition(m.State, ev); err != nil {
-		var re *state.RefusedError
-		if errors.As(err, &re) {
-			return refusedf(state.ErrRefused, "cannot %s %s: it is %s; %s", verb, rowLabel(m), stateLabel(m), re.Why)
-		}
-		return err
-	}
-	return nil
-}
-
-// transitionError turns a store's refusal of an operator's transition into
-// one line that says what to do.
-func transitionError(verb string, m *store.Message, err error) error {
-	switch {
-	case errors.Is(err, store.ErrLeaseLive):
-		until, over := "-", "-"
-		if m.LeaseUntil != nil {
-			until, over = stamp(*m.LeaseUntil), stamp(m.LeaseUntil.Add(store.TakeoverMargin))
-		}
-		return refusedf(store.ErrLeaseLive, "cannot %s %s: it is sending and its drain's lease is live until %s, taken over only %s later (%s): the call may still be answered; wait until then (msgq stuck lists the row then)",
-			verb, rowLabel(m), until, store.TakeoverMargin, over)
-	case errors.Is(err, store.ErrStale):
-		return refusedf(store.ErrStale, "cannot %s %s: it changed while this ran (it was %s); look again with msgq show %s",
-			verb, rowLabel(m), stateLabel(m), m.ID)
-	case errors.Is(err, state.ErrRefused):
-		return fmt.Errorf("cannot %s %s: %w", verb, rowLabel(m), err)
-	}
-	return err
-}
-
 // osUser is the operating-system user, for --by: os/user, else $USER
 // (else $USERNAME on Windows), else "".
 func osUser() string {
@@ -180,19 +121,4 @@ func osUser() string {
 		return u
 	}
 	return os.Getenv("USERNAME")
-}
-
-// refusedError is an operator command's refusal: one line for a person,
-// matching kind (state.ErrRefused, store.ErrLeaseLive, store.ErrStale) for
-// errors.Is. It exits 1: nothing was written.
-type refusedError struct {
-	msg  string
-	kind error
-}
-
-func (e *refusedError) Error() string { return e.msg }
-func (e *refusedError) Unwrap() error { return e.kind }
-
-func refusedf(kind error, format string, a ...any) error {
-	return &refusedError{fmt.Sprintf(format, a...), kind}
 }

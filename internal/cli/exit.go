@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/msgq/msgq/internal/operator"
 	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/store"
@@ -54,6 +55,8 @@ func exitCode(err error) int {
 		re *recipient.Error
 		ee *exitError
 		se *storeopen.URLError
+		ok *operator.OwnKeyError
+		or *operator.RefusedError
 	)
 	switch {
 	case err == nil:
@@ -62,13 +65,17 @@ func exitCode(err error) int {
 		return ee.code
 	case errors.Is(err, store.ErrConflict):
 		return ExitConflict
+	case errors.As(err, &or):
+		// A refused verdict (the row's state, a live lease, a row that
+		// moved on) is not bad input: the row was looked up.
+		return ExitError
 	case errors.Is(err, store.ErrNotFound):
 		// One rule for every command: an id or key the store does not
 		// have is not malformed input (exit 2 is for what is refused
 		// before anything is looked up); it is a lookup that failed.
 		return ExitError
 	case errors.As(err, &ue), errors.As(err, &ie), errors.As(err, &pe), errors.As(err, &re),
-		errors.As(err, &se):
+		errors.As(err, &se), errors.As(err, &ok):
 		return ExitUsage
 	}
 	return ExitError
