@@ -1,0 +1,253 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/net/netutil"
+
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/webhook"
+	"github.com/msgq/msgq/internal/webhook/verify"
+)
+
+type webhookServeOptions struct {
+	addr       string
+	maxBody    int64
+	maxPending int64
+	maxConns   int
+	tolerance  time.Duration
+	process    bool
+	poll       time.Duration
+	grace      time.Duration
+	clockWarn  time.Duration
+}
+
+func (o *webhookServeOptions) Validate() error {
+	switch {
+	case o.addr == "":
+		return usagef("--addr is required, e.g. :8080")
+	case o.maxBody <= 0:
+		return usagef("--max-body must be positive")
+	case o.maxPending < o.maxBody:
+		return usagef("--max-pending (%d) must be at least --max-body (%d), or no body of the largest size could ever be read", o.maxPending, o.maxBody)
+	case o.maxConns <= 0:
+		return usagef("--max-conns must be positive")
+	case o.tolerance <= 0 || o.poll <= 0 || o.grace <= 0:
+		return usagef("--tolerance, --poll and --grace must be positive")
+	}
+	return nil
+}
+
+func newWebhookServeCmd(a *app) *cobra.Command {
+	o := &webhookServeOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Receive webhooks: verify, store raw, answer 200, then process",
+		Long: `Serve the webhook endpoints:
+
+  GET  /webhooks/whatsapp   Meta's verification handshake (verify_token_env)
+  POST /webhooks/whatsapp   WhatsApp Cloud API, signed with X-Hub-Signature-256 (app_secret_env)
+  POST /webhooks/http       the http provider, signed with Standard Webhooks (webhook_secret_env)
+  GET  /healthz             200 while the store is reachable
+
+A delivery with a missing or wrong signature (or a Standard Webhooks timestamp
+further than --tolerance from now) gets 401, a body over --max-body 413, a body
+that is not the provider's webhook 400; none of them is stored. A valid delivery
+is stored raw and durably and only then answered 200; if it cannot be stored the
+answer is 500, so the provider retries. Unless --process=false, a worker then
+processes stored deliveries (run msgq webhook process from cron otherwise).
+SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
+
+Memory is bounded before any signature is checked. A request without a
+well-formed signature header (or with a stale timestamp) is refused before its
+body is read. Bodies held in memory at once (read, being verified, or waiting
+for their write) are capped at --max-pending bytes: a body that does not fit is
+answered 503 with Retry-After, unread, and its provider retries later. An eighth
+of --max-pending is kept for bodies of 64 KiB or less, the size real deliveries
+have, so a flood of large bodies does not crowd them out. At most --max-conns
+connections are open at once (more wait to be accepted); near the cap, idle
+keep-alive connections are closed. Memory taken by a burst is handed back to
+the operating system once it is over. The process's Go memory limit is set to
+twice --max-pending plus 64 MiB unless GOMEMLIMIT is set.
+
+` + exitStatusHelp,
+		Example: `  msgq webhook serve --addr :8080
+  msgq webhook serve --addr 127.0.0.1:8080 --process=false   # receive only; process from cron`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			wc, skipped, err := webhookSecrets(a.cfg.Identities)
+			if err != nil {
+				return err
+			}
+			if len(wc.WhatsApp) == 0 && len(wc.HTTP) == 0 {
+				if len(skipped) > 0 {
+					return usagef("no identity's webhook secrets are set here, nothing could be verified: %s", skippedList(skipped))
+				}
+				return usagef("no identity has app_secret_env (whatsapp) or webhook_secret_env (http): nothing could be verified")
+			}
+			warnSkipped(a, "webhook", skipped, func(skippedIdentity) string {
+				return "its deliveries get 401 here, so its provider retries them"
+			})
+			if o.clockWarn, err = a.cfg.clockWarn(); err != nil {
+				return err
+			}
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return runWebhookServe(cmd.Context(), a, st, wc, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", ":8080", "address to listen on")
+	f.Int64Var(&o.maxBody, "max-body", webhook.DefaultMaxBody, "largest body accepted, in bytes (larger: 413)")
+	f.Int64Var(&o.maxPending, "max-pending", webhook.DefaultMaxPending, "bytes of bodies held in memory at once, before and while they are verified and stored (beyond: 503 with Retry-After)")
+	f.IntVar(&o.maxConns, "max-conns", defaultMaxConns, "connections open at once (more wait to be accepted)")
+	f.DurationVar(&o.tolerance, "tolerance", verify.DefaultTolerance, "how far a Standard Webhooks timestamp may be from now")
+	f.BoolVar(&o.process, "process", true, "process stored deliveries in this process (false: leave them to msgq webhook process)")
+	f.DurationVar(&o.poll, "poll", time.Second, "how often the worker looks again at parked statuses")
+	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long requests in progress may finish")
+	addClockWarnFlag(cmd)
+	return cmd
+}
+
+func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Config, o *webhookServeOptions) error {
+	// The evidence it applies is timed on the store's clock; a host whose
+	// clock is off is reported (and its offset recorded for stats).
+	// Signature timestamps are checked against the store's clock as
+	// measured from here too: a host whose own clock drifted would refuse
+	// every signed delivery once past --tolerance.
+	clk := newClockWatch(a, st, "webhook serve", "", o.clockWarn)
+	cctx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopClock()
+	clk.start(cctx)
+	wake := make(chan struct{}, 1)
+	wc.Store, wc.MaxBody, wc.MaxPending, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.maxPending, o.tolerance, a.log, clk.Now
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// A soft limit the collector works to keep under: the bodies
+		// the budget admits, the garbage they leave, and the rest of the
+		// process. The budget bounds what is live; this bounds the
+		// garbage, which GOGC alone would let double the heap.
+		debug.SetMemoryLimit(2*o.maxPending + 64<<20)
+	}
+	if o.process {
+		wc.Stored = func() {
+			select {
+			case wake <- struct{}{}:
+			default: // a wake-up is already pending
+			}
+		}
+	}
+	rcv := webhook.NewReceiver(wc)
+
+	var workers sync.WaitGroup
+	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
+	if o.process {
+		p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities),
+			TemplateIdentities: templateIdentities(a.cfg.Identities), Log: a.log}
+		workers.Go(func() { p.Run(wctx, wake, o.poll) })
+	}
+
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", o.addr)
+	if err != nil {
+		stopWorker()
+		rcv.Close()
+		return err
+	}
+	ln = netutil.LimitListener(ln, o.maxConns)
+	srv := &http.Server{
+		Handler:           rcv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		// Bodies are bounded by --max-body; a minute reads the largest
+		// over a slow link, and stops a client that trickles forever.
+		ReadTimeout:    time.Minute,
+		WriteTimeout:   time.Minute,
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: 64 << 10,
+	}
+	srv.ConnState = keepAliveGovernor(srv, o.maxConns)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	fmt.Fprintf(a.ios.Err, "webhook: listening on http://%s\n", ln.Addr())
+
+	var serveErr error
+	select {
+	case serveErr = <-served:
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.grace)
+	defer cancel()
+	// Shutdown waits for handlers, each of which waits for its delivery's
+	// write: every 200 sent was durable, every delivery cut off got none.
+	if err := srv.Shutdown(sctx); err != nil {
+		// The grace ran out with requests still in progress: their
+		// connections are closed unanswered, so their providers retry.
+		// What was handed to the committer is still written below.
+		a.log.Warn("webhook: requests still in progress after --grace were cut off; their providers will retry", "err", err)
+		srv.Close()
+	}
+	rcv.Close()
+	stopWorker()
+	workers.Wait()
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	fmt.Fprintln(a.ios.Err, "webhook: stopped")
+	return nil
+}
+
+// defaultMaxConns bounds webhook serve's open connections: well above what
+// providers open (Meta sends from a few dozen connections), well below a
+// process's usual file limit of 1024.
+const defaultMaxConns = 512
+
+// keepAliveGovernor returns a ConnState hook that turns keep-alives off
+// while the open connections are near the cap, and on again once they are
+// well below it. Without it, idle keep-alive connections (a client that
+// opened many and went quiet, or an attacker) would hold every slot of the
+// LimitListener for IdleTimeout while new deliveries wait to be accepted.
+// SetKeepAlivesEnabled(false) also closes the idle ones at once.
+func keepAliveGovernor(srv *http.Server, maxConns int) func(net.Conn, http.ConnState) {
+	var (
+		mu   sync.Mutex
+		open int
+		off  bool
+	)
+	high, low := maxConns*9/10, maxConns/2
+	return func(_ net.Conn, cs http.ConnState) {
+		mu.Lock()
+		switch cs {
+		case http.StateNew:
+			open++
+		case http.StateClosed, http.StateHijacked:
+			open--
+		}
+		turn := 0
+		switch {
+		case !off && open >= high:
+			off, turn = true, -1
+		case off && open <= low:
+			off, turn = false, 1
+		}
+		mu.Unlock()
+		// Outside mu: closing idle connections takes the server's lock,
+		// and their StateClosed calls come back here (from their own
+		// goroutines).
+		if turn != 0 {
+			srv.SetKeepAlivesEnabled(turn > 0)
+		}
+	}
+}
