@@ -636,6 +636,33 @@ func PrepareInbound(in *Inbound, eventID string, j int, ev *IngestedEvent) {
 	in.ID = ""
 }
 
+// PrepareNotice completes the j-th notice of an event as a store's ingest
+// keeps it: its event, the event's provider and identity where the notice
+// names none, and a dedupe key by event and position when the provider
+// gave none (a replay of that event is then a duplicate).
+func PrepareNotice(n *Notice, eventID string, j int, ev *IngestedEvent) {
+	provider, identity := ev.origin()
+	n.EventID = eventID
+	if n.Provider == "" {
+		n.Provider = provider
+	}
+	if n.Identity == "" {
+		n.Identity = identity
+	}
+	if n.DedupeKey == "" {
+		n.DedupeKey = fmt.Sprintf("%s#%d", eventID, j)
+	}
+}
+
+// TemplateIdentitiesOf are the identities a template notice of identity
+// applies to: those in TemplateIdentities, else identity alone.
+func (p *IngestParams) TemplateIdentitiesOf(identity string) []string {
+	if ids := p.TemplateIdentities[identity]; len(ids) > 0 {
+		return ids
+	}
+	return []string{identity}
+}
+
 // HistoryDetail is the history detail of a status, e.g. "whatsapp status
 // delivered at 2026-11-29T10:00:00Z (wamid.X)".
 func (st *StatusEvidence) HistoryDetail() string {

@@ -39,26 +39,13 @@ const (
 // the new ones.
 func (s *Store) ingestNotices(ctx context.Context, tx pgx.Tx, p *store.IngestParams, ev *store.IngestedEvent, received time.Time,
 	res *store.IngestResult) error {
-	provider, identity := "", ""
-	if ev != nil {
-		provider, identity = ev.Provider, ev.Identity
-	}
 	now, err := s.clock(ctx, tx)
 	if err != nil {
 		return err
 	}
 	for j := range p.Notices {
 		n := p.Notices[j]
-		n.EventID = p.EventID
-		if n.Provider == "" {
-			n.Provider = provider
-		}
-		if n.Identity == "" {
-			n.Identity = identity
-		}
-		if n.DedupeKey == "" {
-			n.DedupeKey = fmt.Sprintf("%s#%d", p.EventID, j)
-		}
+		store.PrepareNotice(&n, p.EventID, j, ev)
 		id := s.ids.New(now)
 		var at *time.Time
 		if !n.At.IsZero() {
@@ -98,10 +85,7 @@ func (s *Store) ingestNotices(ctx context.Context, tx pgx.Tx, p *store.IngestPar
 		if !hold && !release {
 			continue
 		}
-		ids := p.TemplateIdentities[n.Identity]
-		if len(ids) == 0 {
-			ids = []string{n.Identity}
-		}
+		ids := p.TemplateIdentitiesOf(n.Identity)
 		since := now
 		if at != nil {
 			since = *at

@@ -37,22 +37,9 @@ const (
 // template holds and releases of the new ones.
 func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *store.IngestedEvent, now, received int64,
 	res *store.IngestResult) error {
-	provider, identity := "", ""
-	if ev != nil {
-		provider, identity = ev.Provider, ev.Identity
-	}
 	for j := range p.Notices {
 		n := p.Notices[j]
-		n.EventID = p.EventID
-		if n.Provider == "" {
-			n.Provider = provider
-		}
-		if n.Identity == "" {
-			n.Identity = identity
-		}
-		if n.DedupeKey == "" {
-			n.DedupeKey = fmt.Sprintf("%s#%d", p.EventID, j)
-		}
+		store.PrepareNotice(&n, p.EventID, j, ev)
 		id := s.ids.New(fromMicros(now))
 		var at any
 		if !n.At.IsZero() {
@@ -99,7 +86,7 @@ func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestP
 		if !n.At.IsZero() {
 			since = micros(n.At.UTC())
 		}
-		for _, idn := range templateIdentities(p, n.Identity) {
+		for _, idn := range p.TemplateIdentitiesOf(n.Identity) {
 			marker := store.TemplateHeldError(n.Subject, n.Lang)
 			r, err := ts.exec(ctx, templateStatusSQL, idn, n.Subject, n.Lang, n.Value, since, id)
 			if err != nil {
@@ -126,15 +113,6 @@ func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestP
 		}
 	}
 	return nil
-}
-
-// templateIdentities are the identities a template notice of identity
-// applies to.
-func templateIdentities(p *store.IngestParams, identity string) []string {
-	if ids := p.TemplateIdentities[identity]; len(ids) > 0 {
-		return ids
-	}
-	return []string{identity}
 }
 
 const noticeCols = `id, event_id, provider, identity, kind, field, code, subject, lang, value, detail, dedupe_key, at, received_at`
