@@ -121,27 +121,38 @@ func (m *cpuMeter) stop() (client, server time.Duration) {
 	return client, server
 }
 
-// writeCPU prints the CPU per message of the work phase, median of the
-// runs, per store and side.
+// writeCPU prints the CPU per message of the work phase and of the
+// one-at-a-time insert, median of the runs, per store and side. On a
+// loaded machine it moves less than the rates do.
 func writeCPU(w io.Writer, o *Options, res *results) {
 	if len(res.cpu) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nCPU per message while working (median of runs; server: PostgreSQL backends of the side, read from /proc; SQLite runs in the client):\n")
-	for _, st := range o.Stores {
-		var parts []string
-		for _, sd := range []string{"River", "msgq"} {
-			c := res.cpu[workload{st, "work"}][sd]
-			if len(c.client) == 0 {
+	for _, kind := range []string{"work", "one"} {
+		title := map[string]string{"work": "while working", "one": "inserting one at a time"}[kind]
+		header := false
+		for _, st := range o.Stores {
+			var parts []string
+			for _, sd := range []string{"River", "msgq"} {
+				c := res.cpu[workload{st, kind}][sd]
+				if c == nil || len(c.client) == 0 {
+					continue
+				}
+				cl, sv := summarise(c.client).median, summarise(c.server).median
+				if st == storePostgres {
+					parts = append(parts, fmt.Sprintf("%s %.0f µs client + %.0f µs server", sd, cl, sv))
+				} else {
+					parts = append(parts, fmt.Sprintf("%s %.0f µs", sd, cl))
+				}
+			}
+			if len(parts) == 0 {
 				continue
 			}
-			cl, sv := summarise(c.client).median, summarise(c.server).median
-			if st == storePostgres {
-				parts = append(parts, fmt.Sprintf("%s %.0f µs client + %.0f µs server", sd, cl, sv))
-			} else {
-				parts = append(parts, fmt.Sprintf("%s %.0f µs", sd, cl))
+			if !header {
+				fmt.Fprintf(w, "\nCPU per message %s (median of runs; server: PostgreSQL backends of the side, read from /proc; SQLite runs in the client):\n", title)
+				header = true
 			}
+			fmt.Fprintf(w, "  %-10s %s\n", storeNames[st]+":", strings.Join(parts, "; "))
 		}
-		fmt.Fprintf(w, "  %-10s %s\n", storeNames[st]+":", strings.Join(parts, "; "))
 	}
 }

@@ -35,6 +35,9 @@ type Options struct {
 	Dir string
 	// Stores is which stores to measure: postgres, sqlite or both.
 	Stores []string
+	// Workloads is which workloads to run: bulk, work (which works the
+	// bulk insert's rows, so it needs bulk) and one.
+	Workloads []string
 	// ProfileDir, when set, receives a CPU profile of every timed drain
 	// and every timed River work phase.
 	ProfileDir string
@@ -72,7 +75,31 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("-stores: unknown store %q (postgres or sqlite)", s))
 		}
 	}
+	for _, w := range o.Workloads {
+		switch w {
+		case "bulk", "one":
+		case "work":
+			if !o.runs("bulk") {
+				errs = append(errs, errors.New("-workloads: work needs bulk (it works the rows the bulk insert wrote)"))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("-workloads: unknown workload %q (bulk, work or one)", w))
+		}
+	}
+	if len(o.Workloads) == 0 {
+		errs = append(errs, errors.New("-workloads names no workload"))
+	}
 	return errors.Join(errs...)
+}
+
+// runs says whether workload w is to be run.
+func (o *Options) runs(w string) bool {
+	for _, x := range o.Workloads {
+		if x == w {
+			return true
+		}
+	}
+	return false
 }
 
 const (
@@ -96,8 +123,11 @@ Workloads, per store:
                    zero latency (a durable claim before each call, an attempt
                    row and history rows after it)
 
+-workloads picks some of them: bulk, work (needs bulk) and one.
+
 Examples:
   versus -postgres postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+  versus -workloads one -one 2000 -stores postgres
   versus -n 2000 -one 200 -runs 1 -stores sqlite
   versus -concurrency 256 -profile /tmp/versus-prof
 
@@ -130,7 +160,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 		fs.PrintDefaults()
 	}
 	o := &Options{}
-	var stores string
+	var stores, workloads string
 	fs.IntVar(&o.N, "n", 20_000, "rows per bulk insert, and so per drain / work phase")
 	fs.IntVar(&o.One, "one", 1_000, "rows per one-at-a-time insert (0 skips that workload)")
 	fs.IntVar(&o.Batch, "batch", 4096, "rows per bulk insert call, both sides")
@@ -139,6 +169,7 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.PostgresURL, "postgres", os.Getenv("MSGQ_BENCH_POSTGRES_URL"), "PostgreSQL URL both sides use (default $MSGQ_BENCH_POSTGRES_URL)")
 	fs.StringVar(&o.Dir, "dir", "", "directory for the SQLite files (default: a new one under $TMPDIR)")
 	fs.StringVar(&stores, "stores", "postgres,sqlite", "stores to measure, comma-separated")
+	fs.StringVar(&workloads, "workloads", "bulk,work,one", "workloads to run, comma-separated: bulk, work (needs bulk), one")
 	fs.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of each timed drain and River work phase")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -149,6 +180,11 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	for _, s := range strings.Split(stores, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.Stores = append(o.Stores, s)
+		}
+	}
+	for _, w := range strings.Split(workloads, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			o.Workloads = append(o.Workloads, w)
 		}
 	}
 	return o, o.Validate()

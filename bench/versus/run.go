@@ -135,8 +135,23 @@ func run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// measure runs every workload once for one side on one store.
+// measure runs every workload of o.Workloads once for one side on one
+// store.
 func measure(ctx context.Context, o *Options, sd side, st string, r, seq int, res *results, stderr io.Writer) error {
+	if o.runs("bulk") {
+		if err := measureBulk(ctx, o, sd, st, r, seq, res, stderr); err != nil {
+			return err
+		}
+	}
+	if !o.runs("one") || o.One == 0 {
+		return nil
+	}
+	return measureOne(ctx, o, sd, st, r, seq, res, stderr)
+}
+
+// measureBulk runs the bulk insert, and then the work phase over its rows
+// when o.Workloads has work, on a fresh queue.
+func measureBulk(ctx context.Context, o *Options, sd side, st string, r, seq int, res *results, stderr io.Writer) error {
 	rs := rows(r, o.N)
 	q, err := sd.open(ctx, st, seq)
 	if err != nil {
@@ -162,6 +177,9 @@ func measure(ctx context.Context, o *Options, sd side, st string, r, seq int, re
 			return fmt.Errorf("unique check: %d of %d duplicates recognised (err %v)", replayed, len(again), err)
 		}
 
+		if !o.runs("work") {
+			return nil
+		}
 		stopProfile, err := profile(o, fmt.Sprintf("%s-work-%s-%d.pprof", strings.ToLower(sd.name()), st, r))
 		if err != nil {
 			return err
@@ -181,18 +199,22 @@ func measure(ctx context.Context, o *Options, sd side, st string, r, seq int, re
 	if cerr := q.close(); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("close: %w", cerr))
 	}
-	if t := q.writes(); err == nil && t != nil && r == 1 {
+	if t := q.writes(); err == nil && t != nil && r == 1 && o.runs("work") {
 		res.tallies[sd.name()] = t
 	}
-	if err != nil || o.One == 0 {
-		return err
-	}
+	return err
+}
 
-	rs = rows(r+1<<16, o.One)
-	if q, err = sd.open(ctx, st, seq+1<<20); err != nil {
+// measureOne inserts o.One rows one call (one transaction) each into a
+// fresh queue.
+func measureOne(ctx context.Context, o *Options, sd side, st string, r, seq int, res *results, stderr io.Writer) error {
+	rs := rows(r+1<<16, o.One)
+	q, err := sd.open(ctx, st, seq+1<<20)
+	if err != nil {
 		return err
 	}
 	err = func() error {
+		meter := startCPU(o.PostgresURL, q.app())
 		start := time.Now()
 		for _, x := range rs {
 			replayed, err := q.insertOne(ctx, x)
@@ -204,7 +226,9 @@ func measure(ctx context.Context, o *Options, sd side, st string, r, seq int, re
 			}
 		}
 		d := time.Since(start)
+		cl, sv := meter.stop()
 		res.add(workload{st, "one"}, sd.name(), rate(len(rs), d))
+		res.addCPU(workload{st, "one"}, sd.name(), len(rs), cl, sv)
 		fmt.Fprintf(stderr, "run %d %-6s %-8s insert one  %7d rows in %8s: %8.0f rows/s\n", r, st, sd.name(), len(rs), d.Round(time.Millisecond), rate(len(rs), d))
 		if replayed, err := q.insertOne(ctx, rs[0]); err != nil || !replayed {
 			return fmt.Errorf("unique check: a duplicate was not recognised (err %v)", err)

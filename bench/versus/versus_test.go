@@ -42,3 +42,36 @@ func TestMainRefusesBadFlags(t *testing.T) {
 		t.Errorf("no hint: %s", stderr.String())
 	}
 }
+
+// TestMainRunsOnlyTheWorkloadsAsked runs the one-at-a-time insert alone:
+// the table has its row and no other.
+func TestMainRunsOnlyTheWorkloadsAsked(t *testing.T) {
+	args := []string{"-workloads", "one", "-one", "20", "-runs", "2", "-dir", t.TempDir(), "-stores", "sqlite"}
+	if url := os.Getenv("MSGQ_TEST_POSTGRES_URL"); url != "" {
+		args = append(args, "-stores", "postgres,sqlite", "-postgres", url)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "| SQLite: insert 20 unique rows one at a time") {
+		t.Errorf("output lacks the one-at-a-time row:\n%s", out)
+	}
+	for _, not := range []string{"in batches of", "| SQLite: work", "| PostgreSQL: work", "rows written per message"} {
+		if strings.Contains(out, not) {
+			t.Errorf("output has %q, a workload not asked for:\n%s", not, out)
+		}
+	}
+}
+
+func TestMainRefusesWorkWithoutBulk(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if code := Main(context.Background(), []string{"-workloads", "work,one", "-stores", "sqlite"}, &stdout, &stderr); code != 2 {
+		t.Fatalf("exit %d, want 2", code)
+	}
+	if !strings.Contains(stderr.String(), "work needs bulk") {
+		t.Errorf("stderr does not say why: %s", stderr.String())
+	}
+}

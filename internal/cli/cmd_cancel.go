@@ -49,6 +49,9 @@ rows are settled. A refusal is one line naming the row and its state; it exits
 			if err := o.Validate(); err != nil {
 				return err
 			}
+			if a.parsed != nil {
+				return a.parsed(o)
+			}
 			return runCancel(cmd.Context(), a, o)
 		},
 	}

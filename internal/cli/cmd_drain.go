@@ -136,6 +136,7 @@ an object on stdout.
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
 				MaxDuration: o.maxDuration, MaxMessages: o.maxMessages, Grace: o.grace, IdlePoll: o.poll, Log: a.log,
 				WindowClosed: windowClosed(a, st, clk.Now), HoldFor: o.holdFor, Now: clk.Now, TemplateHeld: templateHeld(a, st),
+				OptedOut: st.OptedOut,
 			})
 			stopWatch()
 			fmt.Fprintf(a.ios.Err, "drain: claimed %d, sent %d, retried %d, failed %d, unknown %d, identity pauses %d, leases lost %d, given back %d (%.1fs)\n",

@@ -27,6 +27,9 @@ type healthSettings struct {
 	Vitals                  map[string]string
 	Window, NoProgressAfter string
 	MaxClockOffset          string
+	// MaxDailyShare is the share of an identity's daily unique-recipient
+	// limit that may be used (health_daily.go).
+	MaxDailyShare string
 }
 
 // threshold is one parsed limit: a count, or an age in nanoseconds.
@@ -34,7 +37,9 @@ type threshold struct {
 	name  string // the config key, also the check's name in JSON
 	flag  string
 	isAge bool
-	max   int64
+	// isShare: max (and the value) are a share of a limit in thousandths.
+	isShare bool
+	max     int64
 }
 
 // thresholds parses the settings; at least one must be given.
@@ -54,7 +59,7 @@ func (h healthSettings) thresholds() ([]threshold, error) {
 		all = append(all, struct {
 			name, flag, v string
 			isAge         bool
-		}{t.name, strings.ReplaceAll(t.name, "_", "-"), h.Vitals[t.name], false})
+		}{t.name, strings.ReplaceAll(t.name, "_", "-"), h.Vitals[t.name], t.isAge})
 	}
 	for _, s := range all {
 		if s.v == "" {
@@ -73,6 +78,13 @@ func (h healthSettings) thresholds() ([]threshold, error) {
 				return nil, usagef("--%s (health.%s) %q: want a count of 0 or more", s.flag, s.name, s.v)
 			}
 			t.max = n
+		}
+		out = append(out, t)
+	}
+	if h.MaxDailyShare != "" {
+		t, err := dailyShareThreshold(h.MaxDailyShare)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, t)
 	}
@@ -122,6 +134,11 @@ is required. Each is the most that is still healthy:
                               serve that measured it in the last 10 minutes is
                               within D of the store's (PostgreSQL: the database
                               server's; SQLite: always 0)
+  --max-daily-recipients-share S
+                              every identity with daily_recipients has used at
+                              most the share S (0 to 1, e.g. 0.9) of its daily
+                              unique-recipient limit in the last 24 hours; past
+                              the limit, rows to new recipients wait
 
 The vital signs (see msgq stats), counts measured over --window (default 1h)
 where they say so:
@@ -143,6 +160,23 @@ where they say so:
   --max-unsendable N             queued rows of identities that cannot send from
                                  here: not configured, or token not set in this
                                  environment (check where the drains run)
+
+Verification challenges (docs/challenges.md):
+
+  --max-challenges-blocked N     open challenges whose fallback is held back by
+                                 a step in sending or unknown (each waits for
+                                 evidence, reconcile or an operator)
+  --max-challenges-expired N     challenges whose deadline passed within the
+                                 window with no step completed
+  --max-challenge-unknown-past-deadline N
+                                 challenge steps in unknown past their deadline:
+                                 out of stuck, each a prompt that may or may not
+                                 have arrived
+  --max-challenge-first-delivery-p95 D
+                                 of the challenges whose first delivered
+                                 evidence came within the window, 95% waited at
+                                 most D from creation to it (no such challenge:
+                                 0, healthy)
 
 Config file:
 
@@ -173,11 +207,16 @@ Config file:
 	f.String("max-unknown", "", "at most `N` rows in unknown [MSGQ_HEALTH_MAX_UNKNOWN]")
 	f.String("max-sending-past-lease", "", "at most `N` rows in sending whose lease has expired [MSGQ_HEALTH_MAX_SENDING_PAST_LEASE]")
 	for _, t := range vitalThresholds {
-		f.String(strings.ReplaceAll(t.name, "_", "-"), "", "at most `N` "+t.help+" [MSGQ_HEALTH_"+strings.ToUpper(t.name)+"]")
+		unit := "at most `N` "
+		if t.isAge {
+			unit = "at most `D` (e.g. 2m): "
+		}
+		f.String(strings.ReplaceAll(t.name, "_", "-"), "", unit+t.help+" [MSGQ_HEALTH_"+strings.ToUpper(t.name)+"]")
 	}
 	f.String("window", "", "the span `D` of the recent figures (default 1h; e.g. 30m, 1d) [MSGQ_HEALTH_WINDOW]")
 	f.String("no-progress-after", "", "how long `D` a sent row may wait for a status (default 15m) [MSGQ_HEALTH_NO_PROGRESS_AFTER]")
 	f.String("max-clock-offset", "", "every recently measured host clock within `D` (e.g. 2s) of the store's [MSGQ_HEALTH_MAX_CLOCK_OFFSET]")
+	f.String("max-daily-recipients-share", "", "every identity with daily_recipients has used at most the share `S` (e.g. 0.9) of it in the last 24h [MSGQ_HEALTH_MAX_DAILY_RECIPIENTS_SHARE]")
 	return cmd
 }
 
@@ -218,6 +257,11 @@ func runHealth(ctx context.Context, a *app, ts []threshold) error {
 		case "max_sending_past_lease":
 			c.Value = int64(s.SendingPastLease)
 			c.Message = fmt.Sprintf("%s in sending past the lease (max %d)", nRows(c.Value), t.max)
+		case dailyShareName:
+			c.Value, c.Message, err = dailyShareCheck(ctx, st, a.cfg.Identities, t.max)
+			if err != nil {
+				return err
+			}
 		case "max_clock_offset":
 			c.Value = int64(abs(s.ClockOffset))
 			c.Message = fmt.Sprintf("clock of %s is %+.3fs off the store's clock (max %s)", s.ClockOffsetProcess,
@@ -265,8 +309,11 @@ func printHealth(w io.Writer, ts []threshold, r *healthResult) error {
 	table := make([][]string, 0, len(r.Checks))
 	for i, c := range r.Checks {
 		value, limit := strconv.FormatInt(c.Value, 10), strconv.FormatInt(c.Max, 10)
-		if ts[i].isAge {
+		switch {
+		case ts[i].isAge:
 			value, limit = human(time.Duration(c.Value)), human(time.Duration(c.Max))
+		case ts[i].isShare:
+			value, limit = permille(c.Value), permille(c.Max)
 		}
 		status := "ok"
 		if c.Crossed {

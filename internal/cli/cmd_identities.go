@@ -52,6 +52,15 @@ type identityRow struct {
 	// reported unusable for it, whose queued rows wait.
 	LastNotice    string   `json:"last_notice"`
 	TemplateHolds []string `json:"template_holds"`
+	// DailyRecipientsLimit is the daily unique-recipient limit (0: none)
+	// and DailyRecipientsUsed the unique recipients the identity was
+	// claimed for within the last 24 hours (counted only while a limit
+	// is set). QuietHours is its quiet window ("off" when none) and
+	// QuietZone the zone for recipients without one of their own.
+	DailyRecipientsLimit int    `json:"daily_recipients_limit"`
+	DailyRecipientsUsed  int    `json:"daily_recipients_used"`
+	QuietHours           string `json:"quiet_hours"`
+	QuietZone            string `json:"quiet_zone"`
 }
 
 func newIdentitiesCmd(a *app) *cobra.Command {
@@ -71,6 +80,9 @@ one off). SENDS HERE says whether this process has the identity's token: a drain
 without it skips the identity, whose rows stay queued for a drain that has it
 (msgq health --max-unsendable alerts on them). An identity the store has rows
 for but the config does not name shows as not configured: no drain sends them.
+DAILY, shown when some identity has daily_recipients, is its use, USED/LIMIT:
+the recipients claimed within the last 24 hours against the limit (msgq health
+--max-daily-recipients-share alerts near it); "-" for identities without one.
 
 ` + exitStatusHelp,
 		Args: exactArgs(0, "no arguments (or the pause/resume subcommands)"),
@@ -92,12 +104,11 @@ for but the config does not name shows as not configured: no drain sends them.
 				if id.Window > 0 {
 					rows[n].ServiceWindow = id.Window.String()
 				}
-				switch {
-				case id.Config.AppSecretEnv != "":
-					rows[n].Webhooks = "/webhooks/whatsapp"
-				case id.Config.WebhookSecretEnv != "":
-					rows[n].Webhooks = "/webhooks/http"
+				rows[n].DailyRecipientsLimit, rows[n].QuietHours = id.DailyRecipients, settingOff
+				if w := id.Quiet.Window; w != nil {
+					rows[n].QuietHours, rows[n].QuietZone = w.String(), id.Quiet.Zone.String()
 				}
+				rows[n].Webhooks = id.webhookPath()
 			}
 			for _, s := range states {
 				r := rows[s.Name]
@@ -110,10 +121,16 @@ for but the config does not name shows as not configured: no drain sends them.
 			if err := identityNotices(cmd.Context(), st, rows); err != nil {
 				return err
 			}
+			if err := dailyUse(cmd.Context(), st, rows); err != nil {
+				return err
+			}
 			out := sortedRows(rows)
 			if a.cfg.Output == outJSON {
 				return printJSON(a.ios.Out, out)
 			}
+			// The DAILY column shows only when some identity has a limit:
+			// tables of queues without one read as they always did.
+			anyDaily := slices.ContainsFunc(out, func(r identityRow) bool { return r.DailyRecipientsLimit > 0 })
 			table := make([][]string, 0, len(out))
 			for _, r := range out {
 				paused := "no"
@@ -137,11 +154,23 @@ for but the config does not name shows as not configured: no drain sends them.
 					per += " (default)"
 				}
 				notice := strings.Join(append(slices.Clone(r.TemplateHolds), r.LastNotice), "; ")
+				daily := "-"
+				if r.DailyRecipientsLimit > 0 {
+					daily = fmt.Sprintf("%d/%d", r.DailyRecipientsUsed, r.DailyRecipientsLimit)
+				}
 				table = append(table, []string{r.Name, prov, orDash(strings.Join(r.Channels, ",")), orDash(rate), orDash(per),
 					strconv.Itoa(r.Queued), strconv.Itoa(r.Sending), strconv.Itoa(r.Unknown), paused, here, orDash(strings.Trim(notice, "; "))})
+				if anyDaily {
+					row := table[len(table)-1]
+					table[len(table)-1] = slices.Insert(row, 5, daily)
+				}
 			}
-			return printTable(a.ios.Out, []string{"NAME", "PROVIDER", "CHANNELS", "RATE", "PER-RECIPIENT", "QUEUED", "SENDING", "UNKNOWN",
-				"PAUSED", "SENDS HERE", "NOTICE"}, table)
+			head := []string{"NAME", "PROVIDER", "CHANNELS", "RATE", "PER-RECIPIENT", "QUEUED", "SENDING", "UNKNOWN",
+				"PAUSED", "SENDS HERE", "NOTICE"}
+			if anyDaily {
+				head = slices.Insert(head, 5, "DAILY")
+			}
+			return printTable(a.ios.Out, head, table)
 		},
 	}
 	var reason string
@@ -198,6 +227,28 @@ for but the config does not name shows as not configured: no drain sends them.
 	}
 	cmd.AddCommand(pause, resume)
 	return cmd
+}
+
+// dailyUse fills the daily unique-recipient use of the identities that
+// have a limit.
+func dailyUse(ctx context.Context, st store.Store, rows map[string]*identityRow) error {
+	var limited []string
+	for n, r := range rows {
+		if r.DailyRecipientsLimit > 0 {
+			limited = append(limited, n)
+		}
+	}
+	if len(limited) == 0 {
+		return nil
+	}
+	used, err := st.DailyRecipientsUsed(ctx, limited)
+	if err != nil {
+		return err
+	}
+	for _, n := range limited {
+		rows[n].DailyRecipientsUsed = used[n]
+	}
+	return nil
 }
 
 // identityNotices fills each row's latest notice and template holds.

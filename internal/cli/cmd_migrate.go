@@ -2,9 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/storeopen"
 )
 
@@ -15,6 +18,10 @@ func newMigrateCmd(a *app) *cobra.Command {
 		Long: `Apply the store's pending schema migrations. Every command migrates on first use;
 run this explicitly before rolling out a new msgq to many hosts. Safe to run from
 several processes at once.
+
+On PostgreSQL it also records the config's identities and their channels for the
+SQL function enqueue(), which applications call inside their own transactions
+(docs/sql-enqueue.md): run it with the config the drains use.
 
 ` + exitStatusHelp,
 		Args: exactArgs(0, "no arguments"),
@@ -27,6 +34,11 @@ several processes at once.
 			applied, err := st.Migrate(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if se, ok := st.(store.SQLEnqueuer); ok {
+				if err := se.SQLIdentitiesRecord(cmd.Context(), sqlIdentities(a.cfg)); err != nil {
+					return err
+				}
 			}
 			// Rows that shared a provider id within their identity before
 			// ids were unique per identity are kept and marked, not a
@@ -54,4 +66,15 @@ several processes at once.
 			return err
 		},
 	}
+}
+
+// sqlIdentities are cfg's identities as enqueue() checks a send against
+// them (docs/sql-enqueue.md), in name order.
+func sqlIdentities(cfg *config) []store.SQLIdentity {
+	out := make([]store.SQLIdentity, 0, len(cfg.Identities))
+	for _, name := range slices.Sorted(maps.Keys(cfg.Identities)) {
+		id := cfg.Identities[name]
+		out = append(out, store.SQLIdentity{Name: name, Channels: id.Channels, Default: name == cfg.DefaultIdentity})
+	}
+	return out
 }

@@ -64,6 +64,10 @@ type purgeResult struct {
 	// webhook data alone: a script can tell "none" from "not looked at".
 	WebhookEvents *int `json:"webhook_events"`
 	InboundTexts  *int `json:"inbound_texts"`
+	// StatusEvents counts the delivered or dead status events to the
+	// applications' endpoints deleted (docs/events.md): they carry the
+	// customer's address too.
+	StatusEvents int `json:"status_events"`
 }
 
 func newPurgeCmd(a *app) *cobra.Command {
@@ -84,6 +88,10 @@ Webhook data older than D goes too, as it is customer data:
   - inbound messages lose their text and button title. The row keeps its ids,
     sender, reply id and the message it answers, so a redelivery is still a
     duplicate and replies stay attributed.
+Status events to the applications' endpoints (docs/events.md) written more
+than D ago are deleted once delivered or dead (they carry the customer's
+address); pending ones are kept. They are the tenant's (and, with --purpose,
+that purpose's messages').
 Statuses read from webhooks are kept. Webhook data has no tenant and no
 purpose, so it is purged only when neither --tenant nor --purpose is given
 (nor a tenant other than "default" by MSGQ_TENANT or the config file): those
@@ -135,6 +143,13 @@ func runPurge(ctx context.Context, a *app, p *store.PurgeParams, webhooks bool) 
 		scope += ", purpose " + p.Purpose
 	}
 	line := fmt.Sprintf("%s %s (%s, tenant %s, created before %s)", verb, nMessages(n), scope, p.Tenant, stamp(p.Before))
+	ev, err := st.EventPurge(ctx, p)
+	if err != nil {
+		fmt.Fprintln(a.ios.Err, line)
+		return err
+	}
+	res.StatusEvents = ev
+	line += fmt.Sprintf("\n%s %s (delivered or dead, written before %s)", verb, plural(ev, "status event"), stamp(p.Before))
 	if webhooks {
 		// The same bound and dry run: one retention age for all the
 		// customer data the store keeps.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/reconcile"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -53,8 +52,13 @@ func newReconcileCmd(a *app) *cobra.Command {
      otherwise (whatsapp) it becomes unknown. A row whose identity is not in the
      config is treated as not deduplicating.
   2. Look-ups: each unknown row with a provider id whose provider can look a
-     message up (http) is asked about; sent, delivered, read and failed are
-     applied as evidence, which only ever moves a row forward.
+     message up (http, twilio) is asked about; sent, delivered, read and failed
+     are applied as evidence, which only ever moves a row forward. An unknown
+     row without one (its send's answer was lost) is searched for when its
+     provider can list what it sent (twilio: the recipient's messages from the
+     identity's sender, near the row's call, matched on msgq's id or the text):
+     only a unique match settles it, and the row keeps the id found; no match,
+     or several, leaves it for a person with a note saying so.
 
 Every change is written through the state machine, with source "reconcile" and
 the reason in the history. The first table is what changed (a row may change
@@ -137,7 +141,7 @@ func reconcileIdentities(ids map[string]*identity) map[string]*reconcile.Identit
 	out := make(map[string]*reconcile.Identity, len(ids))
 	for n, id := range ids {
 		out[n] = &reconcile.Identity{
-			Kind:     func() provider.Provider { return id.build("") },
+			Kind:     id.tokenless,
 			Missing:  id.missingSendEnv,
 			Provider: id.provider,
 		}

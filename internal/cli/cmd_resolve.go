@@ -69,6 +69,9 @@ state; it exits 1 and writes nothing.
 			if err := o.Validate(); err != nil {
 				return err
 			}
+			if a.parsed != nil {
+				return a.parsed(o)
+			}
 			return runResolve(cmd.Context(), a, o)
 		},
 	}

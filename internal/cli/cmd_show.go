@@ -44,6 +44,11 @@ type showResult struct {
 	// Inbound is what the customer sent about this message (replies,
 	// reactions), newest first.
 	Inbound []store.Inbound `json:"inbound"`
+	// SMS is the text's segment count, for SMS rows with a text.
+	SMS *smsInfo `json:"sms,omitempty"`
+	// Challenge is the verification challenge the row is a step of
+	// (docs/challenges.md), with every step; absent for a single send.
+	Challenge *store.Challenge `json:"challenge,omitempty"`
 }
 
 func runShow(ctx context.Context, a *app, ref string) error {
@@ -58,22 +63,82 @@ func runShow(ctx context.Context, a *app, ref string) error {
 	if err != nil {
 		return err
 	}
-	hist, err := st.MessageHistory(ctx, m.ID)
-	if err != nil {
-		return err
-	}
-	atts, err := st.MessageAttempts(ctx, m.ID)
-	if err != nil {
-		return err
-	}
-	in, err := st.InboxList(ctx, &store.InboxParams{MessageID: m.ID})
+	r, err := showOf(ctx, st, m)
 	if err != nil {
 		return err
 	}
 	if a.cfg.Output == outJSON {
-		return printJSON(a.ios.Out, showResult{m, m.Attempts, hist, atts, in})
+		return printJSON(a.ios.Out, r)
 	}
-	return printShow(a, m, hist, atts, in)
+	if err := printShow(a, m, r.History, r.Attempts, r.Inbound); err != nil {
+		return err
+	}
+	if r.Challenge != nil {
+		return printChallenge(a, r.Challenge)
+	}
+	return nil
+}
+
+// showOf reads everything show says of m. It is also what msgq serve's
+// GET /v1/messages answers, so the API and -o json have one shape.
+func showOf(ctx context.Context, st store.Store, m *store.Message) (*showResult, error) {
+	hist, err := st.MessageHistory(ctx, m.ID)
+	if err != nil {
+		return nil, err
+	}
+	atts, err := st.MessageAttempts(ctx, m.ID)
+	if err != nil {
+		return nil, err
+	}
+	in, err := st.InboxList(ctx, &store.InboxParams{MessageID: m.ID})
+	if err != nil {
+		return nil, err
+	}
+	ch, err := st.ChallengeGet(ctx, m.Tenant, m.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		ch, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &showResult{m, m.Attempts, hist, atts, in, smsCost(m), ch}, nil
+}
+
+// printChallenge shows the challenge a row is a step of: where it stands
+// and, for each step, whether and why it went out.
+func printChallenge(a *app, c *store.Challenge) error {
+	w := a.ios.Out
+	fmt.Fprintln(w, "\nCHALLENGE")
+	outcome := c.Outcome
+	switch {
+	case c.By > 0:
+		outcome += " by step " + strconv.Itoa(c.By)
+	case c.Outcome == "open" && c.Blocked > 0:
+		outcome += ", blocked by step " + strconv.Itoa(c.Blocked)
+	}
+	opts := []string{}
+	if c.AcceptDuplicateRisk {
+		opts = append(opts, "accept-duplicate-risk")
+	}
+	if c.FallbackUndelivered {
+		opts = append(opts, "then-if-undelivered")
+	}
+	if err := printTable(w, nil, [][]string{{"key:", c.Key}, {"outcome:", outcome}, {"why:", orDash(c.Why)},
+		{"deadline:", stampPtr(c.Deadline)}, {"next decision:", stampPtr(c.NextAt)}, {"options:", orDash(strings.Join(opts, ", "))},
+		{"supersedes:", orDash(c.Supersedes)}}); err != nil {
+		return err
+	}
+	rows := make([][]string, 0, len(c.Steps))
+	for _, s := range c.Steps {
+		m := s.Message
+		st := stateLabel(&m)
+		released := "no"
+		if s.Released {
+			released = "yes"
+		}
+		rows = append(rows, []string{strconv.Itoa(s.Step), m.Key, m.Identity, m.To, st, stamp(s.ReleaseAt), released, orDash(s.Why)})
+	}
+	return printTable(w, []string{"STEP", "KEY", "IDENTITY", "TO", "STATE", "RELEASE AT", "RELEASED", "WHY"}, rows)
 }
 
 // maybeSentLabel spells out the flag: an operator deciding on a resend must
@@ -91,6 +156,14 @@ func printShow(a *app, m *store.Message, hist []store.HistoryEntry, atts []store
 	if p := m.Payload; p != nil {
 		if p.Text != "" {
 			content = fmt.Sprintf("text %q", p.Text)
+			if p.Subject != "" {
+				// An email: its subject first, as a mail reader shows it;
+				// the HTML alternative is in -o json.
+				content = fmt.Sprintf("subject %q, %s", p.Subject, content)
+				if p.HTML != "" {
+					content += " (and an HTML part)"
+				}
+			}
 			if p.FallbackTemplate != "" {
 				content += " (fallback template " + p.FallbackTemplate + ")"
 			}
@@ -108,12 +181,17 @@ func printShow(a *app, m *store.Message, hist []store.HistoryEntry, atts []store
 		{"id:", m.ID}, {"key:", m.Key}, {"tenant:", m.Tenant}, {"state:", stateLabel(m)},
 		{"to:", m.To}, {"channel:", m.Channel}, {"identity:", m.Identity}, {"lane:", m.Lane},
 		{"purpose:", orDash(m.Purpose)}, {"ref:", orDash(m.TriggerRef)}, {"content:", content},
+	}
+	if c := smsCost(m); c != nil {
+		fields = append(fields, []string{"sms:", c.String()})
+	}
+	fields = append(fields, [][]string{
 		{"maybe sent:", maybeSentLabel(m.MaybeSent)},
 		{"attempts:", strconv.Itoa(m.Attempts)}, {"next attempt:", stamp(m.NextAttemptAt)},
 		{"expires:", stampPtr(m.ExpiresAt)}, {"lease:", lease}, {"provider id:", orDash(m.ProviderID)},
 		{"resend of:", orDash(m.ResendOf)}, {"resolution:", orDash(m.Resolution)},
 		{"body hash:", m.BodyHash}, {"created:", stamp(m.CreatedAt)}, {"updated:", stamp(m.UpdatedAt)},
-	}
+	}...)
 	if err := printTable(w, nil, fields); err != nil {
 		return err
 	}

@@ -221,6 +221,10 @@ func TestSimServeWebhookFlagErrors(t *testing.T) {
 		{[]string{"--status-delay", "-1s"}, "--status-delay must be greater than 0 (got -1s)"},
 		{[]string{"--read-after", "-1s"}, "--read-after must not be negative (got -1s)"},
 		{[]string{"--read-after", "soon"}, `invalid argument "soon" for "--read-after" flag`},
+		{[]string{"--smtp-fault-4xx", "0.5"}, "--smtp-fault-4xx, --smtp-fault-5xx and --smtp-fault-drop need --smtp-addr"},
+		{[]string{"--smtp-addr", "127.0.0.1"}, `--smtp-addr "127.0.0.1": address 127.0.0.1: missing port in address`},
+		{[]string{"--smtp-addr", "127.0.0.1:0", "--smtp-fault-drop", "1.5"}, "--smtp-fault-drop must be a probability between 0 and 1 (got 1.5)"},
+		{[]string{"--smtp-addr", "127.0.0.1:0", "--smtp-fault-4xx", "0.6", "--smtp-fault-5xx", "0.6"}, "smtp fault probabilities add up to 1.2; at most 1"},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		var stdout, stderr syncBuffer

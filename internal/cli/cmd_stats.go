@@ -79,7 +79,14 @@ func newStatsCmd(a *app) *cobra.Command {
     got no delivered, read or failed status since (the provider accepts but
     nothing arrives);
   - queued rows of identities that cannot send from here (not configured, or
-    their token is not set in this environment).
+    their token is not set in this environment);
+  - verification challenges (docs/challenges.md): open and blocked by an
+    uncertain step, completed by step, expired, failed, superseded, fallbacks
+    fired, superseding sends and unknown steps past their deadline (since the
+    store was created); within --window, the challenges expired and the time
+    from a challenge's creation to its first delivered evidence (p50, p95).
+  - status events to the applications' endpoints (docs/events.md): pending,
+    dead (attempts ran out), and the age of the oldest pending one.
 
 -o json prints one object (durations in nanoseconds, times in RFC 3339).
 -o prometheus prints the Prometheus text exposition format, for
@@ -117,6 +124,25 @@ type statsResult struct {
 	// QueuedUnsendable are the identities with queued rows that cannot
 	// be sent from this environment (stats_vitals.go).
 	QueuedUnsendable []unsendableQueue `json:"queued_unsendable"`
+	// Events is the outbox of status events to the applications'
+	// endpoints (docs/events.md).
+	Events eventStats `json:"events"`
+}
+
+// eventStats is the events outbox's backlog.
+type eventStats struct {
+	store.EventBacklog
+	// OldestPendingAge is At minus OldestPendingAt (null when nothing is
+	// pending): it grows while an endpoint fails or no msgq endpoints
+	// deliver runs.
+	OldestPendingAge *time.Duration `json:"oldest_pending_age_ns"`
+}
+
+func (e *eventStats) age() time.Duration {
+	if e.OldestPendingAge == nil {
+		return 0
+	}
+	return *e.OldestPendingAge
 }
 
 func runStats(ctx context.Context, a *app, o *statsOptions) error {
@@ -139,6 +165,15 @@ func runStats(ctx context.Context, a *app, o *statsOptions) error {
 		}
 	}
 	res := statsResult{Stats: s, QueuedUnsendable: unsendable(a.cfg.Identities, s.Counts)}
+	eb, err := st.EventBacklog(ctx)
+	if err != nil {
+		return err
+	}
+	res.Events.EventBacklog = *eb
+	if eb.OldestPendingAt != nil {
+		age := max(0, s.At.Sub(*eb.OldestPendingAt))
+		res.Events.OldestPendingAge = &age
+	}
 	if s.OldestEligible != nil {
 		age := oldestAge(s)
 		res.OldestEligibleAge = &age
@@ -147,7 +182,7 @@ func runStats(ctx context.Context, a *app, o *statsOptions) error {
 	case outJSON:
 		return printJSON(a.ios.Out, res)
 	case outPrometheus:
-		return printPrometheus(a.ios.Out, s, res.QueuedUnsendable)
+		return printPrometheus(a.ios.Out, s, res.QueuedUnsendable, &res.Events)
 	}
 	return printStats(a.ios.Out, &res)
 }
@@ -228,7 +263,16 @@ func printStats(w io.Writer, r *statsResult) error {
 		{"provider id collisions", strconv.Itoa(s.ProviderIDCollisions)},
 		{"provider notices", fmt.Sprintf("%d (%d not understood)", s.Notices, s.UnknownNotices)},
 		{"templates held", fmt.Sprintf("%d (%d queued rows waiting)", s.TemplateHolds, s.TemplateHeldRows)},
-	}, vitalRows(s, r.QueuedUnsendable)...))
+	}, append(vitalRows(s, r.QueuedUnsendable), []string{"status events", eventsLine(&r.Events)})...))
+}
+
+// eventsLine sums up the events outbox for people.
+func eventsLine(e *eventStats) string {
+	line := fmt.Sprintf("%d pending, %d dead", e.Pending, e.Dead)
+	if e.OldestPendingAt != nil {
+		line += fmt.Sprintf(" (oldest pending %s old)", human(e.age()))
+	}
+	return line
 }
 
 // clockOffsetText is the largest recent clock offset for people, with the
@@ -262,7 +306,7 @@ func human(d time.Duration) string {
 // printPrometheus writes the figures in the Prometheus text exposition
 // format: a registry of gauges (and the replay counter), gathered and
 // encoded by the Prometheus libraries.
-func printPrometheus(w io.Writer, s *store.Stats, un []unsendableQueue) error {
+func printPrometheus(w io.Writer, s *store.Stats, un []unsendableQueue, ev *eventStats) error {
 	reg := prometheus.NewPedanticRegistry()
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -332,6 +376,10 @@ func printPrometheus(w io.Writer, s *store.Stats, un []unsendableQueue) error {
 		Set(float64(s.At.UnixMicro()) / 1e6)
 
 	registerVitals(reg, s, un)
+	gauge("msgq_events_pending", "Status events not yet delivered to their application endpoint (msgq endpoints list).").Set(float64(ev.Pending))
+	gauge("msgq_events_dead", "Status events given up on after their attempts ran out (msgq endpoints retry sends them again).").Set(float64(ev.Dead))
+	gauge("msgq_events_oldest_pending_age_seconds", "How long ago the oldest pending status event was written; 0 when none is pending.").
+		Set(ev.age().Seconds())
 
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -191,8 +191,8 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 				t.Fatal(err)
 			}
 			fields := slices.Sorted(maps.Keys(raw))
-			want := []string{"at", "attempts_by_class", "clock_offset_ns", "clock_offset_process", "counts", "delivered", "delivery_p50_ns", "delivery_p95_ns",
-				"duplicate_webhooks", "key_replays", "notices", "oldest_eligible_age_ns", "oldest_eligible_due_at", "parked_evidence",
+			want := []string{"at", "attempts_by_class", "challenges", "clock_offset_ns", "clock_offset_process", "counts", "delivered", "delivery_p50_ns", "delivery_p95_ns",
+				"duplicate_webhooks", "events", "key_replays", "notices", "oldest_eligible_age_ns", "oldest_eligible_due_at", "parked_evidence",
 				"provider_id_collisions", "sending_past_lease", "suspect_evidence", "template_held_rows", "template_holds",
 				"unattributed_inbound", "unknown", "unknown_notices", "unprocessed_webhooks", "unreadable_webhooks", "window_ns"}
 			want = slices.Sorted(slices.Values(append(want, statsVitalFields...))) // stats_vitals_test.go
@@ -333,6 +333,9 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 				{"msgq_unknown_notices", nil, 0},
 				{"msgq_template_holds", nil, 0},
 				{"msgq_template_held_rows", nil, 0},
+				{"msgq_events_pending", nil, 0},
+				{"msgq_events_dead", nil, 0},
+				{"msgq_events_oldest_pending_age_seconds", nil, 0},
 			} {
 				if got := value(c.name, c.labels...); got != c.want {
 					t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
@@ -424,7 +427,7 @@ func TestJSONFieldsOfHealthAndPurge(t *testing.T) {
 		want string
 	}{
 		{[]string{"health", "--max-stuck", "0", "-o", "json"}, `{"at","checks":[{"crossed","max","message","name","value"}],"ok"}`},
-		{[]string{"purge", "--older-than", "90d", "-o", "json"}, `{"before","dry_run","inbound_texts","messages","purpose","tenant","webhook_events"}`},
+		{[]string{"purge", "--older-than", "90d", "-o", "json"}, `{"before","dry_run","inbound_texts","messages","purpose","status_events","tenant","webhook_events"}`},
 	} {
 		code, out, errs := runOps(t, u, cfg, c.args...)
 		if code != 0 {

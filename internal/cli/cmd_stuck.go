@@ -64,6 +64,9 @@ from an alert.
 			if err := o.Validate(); err != nil {
 				return err
 			}
+			if a.parsed != nil {
+				return a.parsed(o)
+			}
 			return runStuck(cmd.Context(), a, o)
 		},
 	}

@@ -3,15 +3,15 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/webhook"
-	"github.com/msgq/msgq/internal/webhook/verify"
 )
 
 func newWebhookCmd(a *app) *cobra.Command {
@@ -35,94 +35,67 @@ customer-service window.
 	return cmd
 }
 
-// webhookSecrets reads the configured identities' webhook secrets from the
-// environment. An identity whose variables are named but unset here is
-// skipped (returned, for one warning each): its deliveries get 401 from
-// this process, so its provider retries them, and the other identities'
-// webhooks are not held hostage to it. A malformed whsec_ secret is a
-// usage error at start-up, not a stream of 401s later.
-func webhookSecrets(ids map[string]*identity) (webhook.Config, []skippedIdentity, error) {
-	var cfg webhook.Config
+// webhookRoutes builds, for each configured identity whose webhooks msgq
+// receives, its kind's verifier with its secrets read from the environment.
+// An identity whose variables are named but unset here is skipped
+// (returned, for one warning each): its deliveries get 401 from this
+// process, so its provider retries them, and the other identities'
+// webhooks are not held hostage to it. A malformed secret (a bad whsec_)
+// is a usage error at start-up, not a stream of 401s later.
+func webhookRoutes(ids map[string]*identity) ([]webhook.Route, []skippedIdentity, error) {
+	var routes []webhook.Route
 	var skipped []skippedIdentity
-	names := make([]string, 0, len(ids))
-	for n := range ids {
-		if miss := ids[n].missingWebhookEnv(); len(miss) > 0 {
+	for _, n := range slices.Sorted(maps.Keys(ids)) {
+		id := ids[n]
+		if id.Kind.Webhook == nil || len(id.Settings.WebhookEnv()) == 0 {
+			continue
+		}
+		if miss := id.missingWebhookEnv(); len(miss) > 0 {
 			skipped = append(skipped, skippedIdentity{Name: n, Missing: miss})
 			continue
 		}
-		names = append(names, n)
+		v, err := id.Kind.Webhook.Verifier(id.Settings, os.Getenv)
+		if err != nil {
+			return nil, nil, usagef("identity %s: %v", n, oneLine(err.Error()))
+		}
+		if v == nil {
+			continue // nothing to verify with (a verify token alone)
+		}
+		routes = append(routes, webhook.Route{Identity: n, Kind: id.Kind, Verifier: v})
 	}
-	sort.Strings(names)
-	sort.Slice(skipped, func(i, j int) bool { return skipped[i].Name < skipped[j].Name })
-	env := func(id, key, name string) (string, error) {
-		v := os.Getenv(name)
-		if v == "" {
-			return "", usagef("identity %s: environment variable %s (%s) is not set", id, name, key)
-		}
-		return v, nil
-	}
-	for _, n := range names {
-		ic := ids[n].Config
-		if ic.AppSecretEnv != "" {
-			v, err := env(n, "app_secret_env", ic.AppSecretEnv)
-			if err != nil {
-				return cfg, nil, err
-			}
-			cfg.WhatsApp = append(cfg.WhatsApp, webhook.AppSecret{Identity: n, Secret: []byte(v)})
-		}
-		if ic.VerifyTokenEnv != "" {
-			v, err := env(n, "verify_token_env", ic.VerifyTokenEnv)
-			if err != nil {
-				return cfg, nil, err
-			}
-			cfg.VerifyTokens = append(cfg.VerifyTokens, v)
-		}
-		if ic.WebhookSecretEnv != "" {
-			v, err := env(n, "webhook_secret_env", ic.WebhookSecretEnv)
-			if err != nil {
-				return cfg, nil, err
-			}
-			hs := webhook.HTTPSecrets{Identity: n}
-			for _, f := range strings.Fields(v) {
-				s, err := verify.ParseSecret(f)
-				if err != nil {
-					return cfg, nil, usagef("identity %s: %s (webhook_secret_env) does not hold whsec_ secrets", n, ic.WebhookSecretEnv)
-				}
-				hs.Secrets = append(hs.Secrets, s)
-			}
-			if len(hs.Secrets) == 0 {
-				return cfg, nil, usagef("identity %s: %s (webhook_secret_env) holds no whsec_ secret", n, ic.WebhookSecretEnv)
-			}
-			cfg.HTTP = append(cfg.HTTP, hs)
-		}
-	}
-	return cfg, skipped, nil
+	return routes, skipped, nil
 }
 
-// phoneNumberIDs maps the WhatsApp identities' phone_number_ids to their
-// names.
+// phoneNumberIDs maps the senders that webhooks name (WhatsApp's
+// phone_number_ids) to their identities, for the kinds whose webhooks name
+// them.
 func phoneNumberIDs(ids map[string]*identity) map[string]string {
 	out := map[string]string{}
 	for n, id := range ids {
-		if id.Config.PhoneNumberID != "" {
-			out[id.Config.PhoneNumberID] = n
+		if id.Kind.Webhook == nil || !id.Kind.Webhook.NamesSender {
+			continue
+		}
+		if _, v := id.Settings.Sender(); v != "" {
+			out[v] = n
 		}
 	}
 	return out
 }
 
-// templateIdentities maps each WhatsApp identity to the identities that
-// share its app secret (the same Meta app, so the same business account's
-// templates), itself included.
+// templateIdentities maps each identity on a provider account
+// (Settings.Account: for WhatsApp, the app secret, so the same Meta app and
+// business account's templates) to the identities that share it, itself
+// included.
 func templateIdentities(ids map[string]*identity) map[string][]string {
-	bySecret := map[string][]string{}
+	byAccount := map[string][]string{}
 	for n, id := range ids {
-		if id.Config.AppSecretEnv != "" {
-			bySecret[id.Config.AppSecretEnv] = append(bySecret[id.Config.AppSecretEnv], n)
+		if acct := id.Settings.Account(); acct != "" {
+			key := id.Kind.Name + "\x00" + acct
+			byAccount[key] = append(byAccount[key], n)
 		}
 	}
 	out := map[string][]string{}
-	for _, group := range bySecret {
+	for _, group := range byAccount {
 		sort.Strings(group)
 		for _, n := range group {
 			out[n] = group

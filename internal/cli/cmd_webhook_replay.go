@@ -3,9 +3,12 @@ package cli
 import (
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/provider"
+	"github.com/msgq/msgq/internal/provider/twilio"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/webhook"
 	"github.com/msgq/msgq/internal/webhook/payload"
@@ -15,6 +18,7 @@ type webhookReplayOptions struct {
 	provider  string
 	identity  string
 	webhookID string
+	url       string
 }
 
 func newWebhookReplayCmd(a *app) *cobra.Command {
@@ -30,45 +34,65 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 
 ` + exitStatusHelp,
 		Example: `  msgq webhook replay status.json
-  msgq webhook replay --provider http --identity shop --webhook-id msg_2Yh... body.json`,
+  msgq webhook replay --provider http --identity shop --webhook-id msg_2Yh... body.json
+  msgq webhook replay --provider twilio --url 'https://hooks.example.com/webhooks/twilio/sms-us?msgq_id=01J...' form.txt`,
 		Args: exactArgs(1, "one FILE (or - for stdin)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.provider != store.WebhookWhatsApp && o.provider != store.WebhookHTTP {
-				return usagef("--provider must be whatsapp or http (got %q)", o.provider)
+			if o.provider != store.WebhookWhatsApp && o.provider != store.WebhookHTTP && o.provider != twilio.ProviderName {
+				return usagef("--provider must be whatsapp, http or twilio (got %q)", o.provider)
+			}
+			if o.url != "" && o.provider != twilio.ProviderName {
+				return usagef("--url is for --provider twilio (its webhooks name their row in the URL)")
 			}
 			if o.identity != "" {
 				if _, ok := a.cfg.Identities[o.identity]; !ok {
 					return usagef("--identity %s is not configured (see msgq identities)", o.identity)
 				}
 			}
-			if o.identity == "" && o.provider == store.WebhookHTTP {
-				// serve files an http delivery under the identity whose
-				// secret verified it; with one http identity there is no
-				// doubt which that was.
-				var https []string
+			if o.identity == "" && o.provider != store.WebhookWhatsApp {
+				// serve files an http or twilio delivery under the identity
+				// whose secret verified it; with one such identity there is
+				// no doubt which that was.
+				secret := map[string]string{store.WebhookHTTP: "webhook_secret_env", twilio.ProviderName: "auth_token_env"}[o.provider]
+				var names []string
 				for n, id := range a.cfg.Identities {
-					if id.Config.WebhookSecretEnv != "" {
-						https = append(https, n)
+					if id.receivesWebhooks() && id.Kind.Webhook.Name == o.provider {
+						names = append(names, n)
 					}
 				}
-				switch len(https) {
+				switch len(names) {
 				case 0:
-					return usagef("--provider http needs --identity: no identity has webhook_secret_env")
+					return usagef("--provider %s needs --identity: no identity has %s", o.provider, secret)
 				case 1:
 				default:
-					return usagef("--provider http needs --identity: %d identities have webhook_secret_env", len(https))
+					return usagef("--provider %s needs --identity: %d identities have %s", o.provider, len(names), secret)
 				}
-				o.identity = https[0]
+				o.identity = names[0]
 			}
 			body, err := readReplay(a, args[0])
 			if err != nil {
 				return err
 			}
+			hdr := map[string]string{"x-msgq-replay": args[0]}
+			if o.webhookID != "" {
+				hdr["webhook-id"] = o.webhookID
+			}
+			var received time.Time
+			if o.provider == twilio.ProviderName {
+				// As serve keeps them (provider.Webhook.KeepsCall): the URL
+				// Twilio called, and now as the time received.
+				received = time.Now().UTC().Truncate(store.Resolution)
+				hdr[provider.HeaderURL] = o.url
+				hdr[provider.HeaderReceivedAt] = received.Format(time.RFC3339Nano)
+			}
 			// The same check the endpoint makes: what it would refuse with
 			// 400 is refused here, before anything is written.
-			if o.provider == store.WebhookWhatsApp {
+			switch o.provider {
+			case store.WebhookWhatsApp:
 				_, err = payload.WhatsApp(body)
-			} else {
+			case twilio.ProviderName:
+				_, err = twilio.Kind.Webhook.Parse(body, hdr)
+			default:
 				_, err = payload.HTTP(body, o.webhookID)
 			}
 			if err != nil {
@@ -78,12 +102,8 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 			if err != nil {
 				return err
 			}
-			hdr := map[string]string{"x-msgq-replay": args[0]}
-			if o.webhookID != "" {
-				hdr["webhook-id"] = o.webhookID
-			}
 			if err := st.WebhookStore(cmd.Context(), []store.WebhookEvent{{
-				Provider: o.provider, Identity: o.identity, Headers: hdr, Body: body,
+				Provider: o.provider, Identity: o.identity, Headers: hdr, Body: body, ReceivedAt: received,
 			}}); err != nil {
 				return err
 			}
@@ -91,8 +111,9 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.provider, "provider", store.WebhookWhatsApp, "whose format the body is in: whatsapp or http")
-	f.StringVar(&o.identity, "identity", "", "the identity the delivery came for (default: whatsapp: the one with the body's phone_number_id; http: the only identity with webhook_secret_env)")
+	f.StringVar(&o.provider, "provider", store.WebhookWhatsApp, "whose format the body is in: whatsapp, http or twilio (a form: status callback or inbound SMS)")
+	f.StringVar(&o.identity, "identity", "", "the identity the delivery came for (default: whatsapp: the one with the body's phone_number_id; http: the only identity with webhook_secret_env; twilio: the only one with auth_token_env)")
+	f.StringVar(&o.url, "url", "", "twilio: the URL Twilio called, as it signed it (its msgq_id names the row; without it statuses are matched by their SID alone)")
 	f.StringVar(&o.webhookID, "webhook-id", "", "the delivery's webhook-id header (http): serve knows duplicates by it, so give it to replay a delivery serve may have had")
 	return cmd
 }

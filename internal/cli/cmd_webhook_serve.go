@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -29,6 +30,7 @@ type webhookServeOptions struct {
 	poll       time.Duration
 	grace      time.Duration
 	clockWarn  time.Duration
+	publicURL  string
 }
 
 func (o *webhookServeOptions) Validate() error {
@@ -43,6 +45,8 @@ func (o *webhookServeOptions) Validate() error {
 		return usagef("--max-conns must be positive")
 	case o.tolerance <= 0 || o.poll <= 0 || o.grace <= 0:
 		return usagef("--tolerance, --poll and --grace must be positive")
+	case o.publicURL != "" && !validPublicURL(o.publicURL):
+		return usagef("--public-url must be a scheme and host like https://hooks.example.com (got %q)", o.publicURL)
 	}
 	return nil
 }
@@ -58,6 +62,11 @@ func newWebhookServeCmd(a *app) *cobra.Command {
   POST /webhooks/whatsapp   WhatsApp Cloud API, signed with X-Hub-Signature-256 (app_secret_env)
   POST /webhooks/http       the http provider, signed with Standard Webhooks (webhook_secret_env)
   GET  /healthz             200 while the store is reachable
+
+and, for each identity whose webhooks are received, /webhooks/PROVIDER/IDENTITY
+(e.g. /webhooks/whatsapp/shop): the same, verified with that identity's secrets
+alone. On the shared paths each identity's secrets are tried in turn; the one
+that verifies a delivery is the identity it is filed under.
 
 A delivery with a missing or wrong signature (or a Standard Webhooks timestamp
 further than --tolerance from now) gets 401, a body over --max-body 413, a body
@@ -87,11 +96,12 @@ twice --max-pending plus 64 MiB unless GOMEMLIMIT is set.
 			if err := o.Validate(); err != nil {
 				return err
 			}
-			wc, skipped, err := webhookSecrets(a.cfg.Identities)
+			routes, skipped, err := webhookRoutes(a.cfg.Identities)
 			if err != nil {
 				return err
 			}
-			if len(wc.WhatsApp) == 0 && len(wc.HTTP) == 0 {
+			wc := webhook.Config{Routes: routes, PublicURL: o.publicURL}
+			if len(routes) == 0 {
 				if len(skipped) > 0 {
 					return usagef("no identity's webhook secrets are set here, nothing could be verified: %s", skippedList(skipped))
 				}
@@ -119,8 +129,16 @@ twice --max-pending plus 64 MiB unless GOMEMLIMIT is set.
 	f.BoolVar(&o.process, "process", true, "process stored deliveries in this process (false: leave them to msgq webhook process)")
 	f.DurationVar(&o.poll, "poll", time.Second, "how often the worker looks again at parked statuses")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long requests in progress may finish")
+	f.StringVar(&o.publicURL, "public-url", "", "the scheme and host providers call (behind a proxy), for signatures over the URL; default: the request's own")
 	addClockWarnFlag(cmd)
 	return cmd
+}
+
+// validPublicURL says s is a scheme and a host, with nothing after them.
+func validPublicURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "https" || u.Scheme == "http") && u.Host != "" &&
+		(u.Path == "" || u.Path == "/") && u.RawQuery == "" && u.Fragment == "" && u.User == nil
 }
 
 func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Config, o *webhookServeOptions) error {

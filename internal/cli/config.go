@@ -64,9 +64,14 @@ var settings = []struct{ key, flag, def string }{
 	{"health.max_maybe_sent", "max-maybe-sent", ""},
 	{"health.max_sent_without_progress", "max-sent-without-progress", ""},
 	{"health.max_unsendable", "max-unsendable", ""},
+	{"health.max_challenges_blocked", "max-challenges-blocked", ""},
+	{"health.max_challenges_expired", "max-challenges-expired", ""},
+	{"health.max_challenge_unknown_past_deadline", "max-challenge-unknown-past-deadline", ""},
+	{"health.max_challenge_first_delivery_p95", "max-challenge-first-delivery-p95", ""},
 	{"health.window", "window", ""},
 	{"health.no_progress_after", "no-progress-after", ""},
 	{"health.max_clock_offset", "max-clock-offset", ""},
+	{"health.max_daily_recipients_share", "max-daily-recipients-share", ""},
 	// drain, reconcile and webhook serve: warn past this clock offset.
 	{"clock_warn", clockWarnFlag, defaultClockWarn.String()},
 }
@@ -127,6 +132,7 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 			Window:              v.GetString("health.window"),
 			NoProgressAfter:     v.GetString("health.no_progress_after"),
 			MaxClockOffset:      v.GetString("health.max_clock_offset"),
+			MaxDailyShare:       v.GetString("health.max_daily_recipients_share"),
 		},
 		ClockWarn: v.GetString("clock_warn"),
 	}

@@ -42,9 +42,11 @@ func serveSim(t *testing.T, args ...string) string {
 	return m[1]
 }
 
+// delivery is one line of the simulator's /deliveries: what reached a
+// phone or a mailbox, on which API and channel (a mail's subject too).
 type delivery struct {
-	Key, Ref, To string
-	At           time.Time
+	Key, Ref, To, ID, API, Channel, Subject string
+	At                                      time.Time
 }
 
 func deliveries(t *testing.T, base string) []delivery {
@@ -110,7 +112,8 @@ func setupDrainEnv(t *testing.T, kind, identity string, n int) (*msgqEnv, *backe
 	if err := os.WriteFile(cfg, []byte(identity), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + b.url, "MSGQ_TEST_TOKEN=test-token"}}
+	e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + b.url, "MSGQ_TEST_TOKEN=test-token",
+		"MSGQ_TEST_TWILIO_SID=AC" + strings.Repeat("0a", 16)}}
 	var lines strings.Builder
 	for i := range n {
 		fmt.Fprintf(&lines, `{"key":"crash-%04d","to":"+1555%07d","text":"hello %d"}`+"\n", i, i, i)
@@ -137,11 +140,13 @@ func setupDrainEnv(t *testing.T, kind, identity string, n int) (*msgqEnv, *backe
 //
 // The http provider variant deduplicates by key: a lost answer is retried
 // with the same key and replayed by the provider, so fewer rows end
-// unknown, and still none is delivered twice.
+// unknown, and still none is delivered twice. The twilio variant sends SMS
+// through the simulator's Twilio Messages API, which has no idempotency
+// key either: like WhatsApp's, every lost answer is unknown.
 func TestKillNineMidDrainNeverSendsTwice(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"sqlite", "postgres"} {
-		for _, provider := range []string{"whatsapp", "http"} {
+		for _, provider := range []string{"whatsapp", "http", "twilio"} {
 			t.Run(kind+"/"+provider, func(t *testing.T) {
 				t.Parallel()
 				killNine(t, kind, provider)
@@ -158,17 +163,29 @@ func killNine(t *testing.T, kind, provider string) {
 		n = 1500
 	}
 	base := serveSim(t, "--fault-drop", "0.1", "--latency", "30ms", "--seed", "11")
+	// Each kind decodes only its own keys: the phone number id is
+	// WhatsApp's, the account's variables and sender Twilio's. Twilio's
+	// status_callback carries msgq's id, which the simulator records as
+	// each delivery's ref (it posts no callbacks without a token to sign
+	// them with).
+	own := "token_env: MSGQ_TEST_TOKEN"
+	switch provider {
+	case "whatsapp":
+		own += "\n    phone_number_id: \"1000001\""
+	case "twilio":
+		own = "account_sid_env: MSGQ_TEST_TWILIO_SID\n    auth_token_env: MSGQ_TEST_TOKEN\n    from: \"+15005550006\"\n" +
+			"    status_callback: http://127.0.0.1:9/webhooks/twilio/shop"
+	}
 	e, b := setupDrainEnv(t, kind, fmt.Sprintf(`default_identity: shop
 identities:
   shop:
     provider: %s
     base_url: %s
-    phone_number_id: "1000001"
-    token_env: MSGQ_TEST_TOKEN
+    %s
     retry: {base: 10ms, cap: 50ms, max_attempts: 8}
     rate: "off"                   # this test is about kills, not pacing: WhatsApp's
     per_recipient_interval: "off" # default limits would only make it slower
-`, provider, base), n)
+`, provider, base, own), n)
 
 	// The test reads the store itself to kill each drain while it has
 	// calls in flight: a fixed delay would, on a loaded machine, kill a

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -11,18 +13,12 @@ import (
 
 	"github.com/msgq/msgq/internal/drain"
 	"github.com/msgq/msgq/internal/provider"
-	"github.com/msgq/msgq/internal/provider/httpapi"
-	"github.com/msgq/msgq/internal/provider/whatsapp"
+	"github.com/msgq/msgq/internal/provider/kinds"
+	"github.com/msgq/msgq/internal/quiet"
 	"github.com/msgq/msgq/internal/retry"
 	"github.com/msgq/msgq/internal/sim"
 	"github.com/msgq/msgq/internal/store"
-)
-
-// Providers an identity may use.
-const (
-	providerWhatsApp = "whatsapp"
-	providerHTTP     = "http"
-	providerSim      = "sim"
+	"github.com/msgq/msgq/internal/webhook"
 )
 
 // builtinSim is the identity that exists with no configuration at all: the
@@ -35,53 +31,64 @@ const builtinSim = "sim"
 // control character.
 const identityGrammar = "1 to 64 characters of A-Za-z0-9._:-"
 
-// WhatsApp's own limits (Cloud API): 80 messages a second per business
-// number by default, and one message every 6 seconds to one user (a burst
-// borrows from later quota and ends in error 131056). A whatsapp identity
-// gets them unless its config says otherwise ("off" turns one off).
-const (
-	whatsappDefaultRate         = "80/s"
-	whatsappDefaultPerRecipient = "6s"
-)
-
 // settingOff turns a pacing limit off.
 const settingOff = "off"
 
-// identityConfig is one entry under `identities:` in the config file.
+// identityConfig is one entry under `identities:` in the config file: the
+// settings every identity has, and its provider's own (Settings), which
+// its kind decodes strictly (provider.Kind.Decode).
 type identityConfig struct {
 	Provider             string  `mapstructure:"provider"`
 	Channel              string  `mapstructure:"channel"`
-	BaseURL              string  `mapstructure:"base_url"`
-	PhoneNumberID        string  `mapstructure:"phone_number_id"`
-	TokenEnv             string  `mapstructure:"token_env"`
 	Rate                 string  `mapstructure:"rate"`
 	PerRecipientInterval string  `mapstructure:"per_recipient_interval"`
 	PacingHeadroom       float64 `mapstructure:"pacing_headroom"`
-	// Webhooks (msgq webhook serve): the environment variables holding
-	// WhatsApp's app secret and verify token, or the http provider's
-	// Standard Webhooks secret(s) (whsec_..., space-separated to rotate).
-	AppSecretEnv     string `mapstructure:"app_secret_env"`
-	VerifyTokenEnv   string `mapstructure:"verify_token_env"`
-	WebhookSecretEnv string `mapstructure:"webhook_secret_env"`
 	// ServiceWindow is the customer-service window: free-form text goes
-	// out only this long after the recipient last wrote. Default 24h for
-	// a WhatsApp identity whose webhooks msgq receives (app_secret_env
-	// set), off otherwise; "off" turns it off.
+	// out only this long after the recipient last wrote. Default: the
+	// kind's (WhatsApp: 24h when msgq receives its webhooks), off
+	// otherwise; "off" turns it off.
 	ServiceWindow string `mapstructure:"service_window"`
-	Retry         struct {
+	// QuietHours is a daily window "HH:MM-HH:MM" of the recipient's local
+	// time in which due rows wait for its end (internal/quiet), read in
+	// the number's own zone, or in QuietZone for email and for numbers
+	// whose country spans several zones. QuietExempt names the lanes and
+	// purposes that go out all the same.
+	QuietHours  string `mapstructure:"quiet_hours"`
+	QuietZone   string `mapstructure:"quiet_zone"`
+	QuietExempt struct {
+		Lanes    []string `mapstructure:"lanes"`
+		Purposes []string `mapstructure:"purposes"`
+	} `mapstructure:"quiet_exempt"`
+	// DailyRecipients is the daily unique-recipient limit: once the
+	// identity has been claimed for this many recipients within 24
+	// hours, rows to other recipients wait (0: no limit).
+	DailyRecipients int `mapstructure:"daily_recipients"`
+	// MaxSegments refuses SMS texts longer than this many segments at
+	// send (exit 2): each segment is billed as one message, so a template
+	// gone wrong or an emoji that turns a text into UCS-2 is caught before
+	// it costs anything. 0: no limit. Only for identities that send on sms.
+	MaxSegments int `mapstructure:"max_segments"`
+	Retry       struct {
 		Base        string  `mapstructure:"base"`
 		Cap         string  `mapstructure:"cap"`
 		Factor      float64 `mapstructure:"factor"`
 		MaxAttempts int     `mapstructure:"max_attempts"`
 	} `mapstructure:"retry"`
+	// Settings are the other keys: the provider's (base_url, token_env,
+	// app_secret_env, ...).
+	Settings map[string]any `mapstructure:",remain"`
 }
 
 // identity is a configured identity, validated.
 type identity struct {
 	Name   string
 	Config identityConfig
-	Policy retry.Policy
-	Pacing store.Pacing
+	// Kind is its provider's kind; Settings its provider's settings, as
+	// the kind decoded them.
+	Kind     *provider.Kind
+	Settings provider.Settings
+	Policy   retry.Policy
+	Pacing   store.Pacing
 	// Rate and PerRecipient are the limits in force, for display: as
 	// written, the provider's default, or "off"; RateDefault and
 	// PerRecipientDefault say the provider's default applies.
@@ -91,6 +98,10 @@ type identity struct {
 	Channels []string
 	// Window is the customer-service window (0: none is enforced).
 	Window time.Duration
+	// Quiet is the identity's quiet hours (the zero Policy: none).
+	Quiet quiet.Policy
+	// DailyRecipients is the daily unique-recipient limit (0: none).
+	DailyRecipients int
 }
 
 // sendsOn says whether the identity sends on channel.
@@ -101,25 +112,40 @@ func (id *identity) sendsOn(channel string) bool {
 // missingSendEnv names the environment variables the identity needs to
 // send (its token) that are not set in this process.
 func (id *identity) missingSendEnv() []string {
-	if id.Config.TokenEnv != "" && os.Getenv(id.Config.TokenEnv) == "" {
-		return []string{id.Config.TokenEnv + " (token_env)"}
-	}
-	return nil
+	return provider.MissingEnv(id.Settings.SendEnv(), os.Getenv)
 }
 
 // missingWebhookEnv names the environment variables the identity's webhook
 // verification needs that are not set in this process.
 func (id *identity) missingWebhookEnv() []string {
-	var out []string
-	ic := id.Config
-	for _, e := range []struct{ name, key string }{
-		{ic.AppSecretEnv, "app_secret_env"}, {ic.VerifyTokenEnv, "verify_token_env"}, {ic.WebhookSecretEnv, "webhook_secret_env"},
-	} {
-		if e.name != "" && os.Getenv(e.name) == "" {
-			out = append(out, e.name+" ("+e.key+")")
+	return provider.MissingEnv(id.Settings.WebhookEnv(), os.Getenv)
+}
+
+// receivesWebhooks says msgq receives the identity's webhooks (its kind
+// sends them and its config names their secret).
+func (id *identity) receivesWebhooks() bool {
+	return id.Kind.Webhook != nil && len(id.Settings.WebhookEnv()) > 0 && id.webhookSecretNamed()
+}
+
+// webhookSecretNamed says the config names the secret that verifies the
+// deliveries (not only, say, WhatsApp's verify token).
+func (id *identity) webhookSecretNamed() bool {
+	for _, e := range id.Settings.WebhookEnv() {
+		if e.Key == id.Kind.Webhook.SecretKey {
+			return true
 		}
 	}
-	return out
+	return false
+}
+
+// webhookPath is where its provider posts the identity's webhooks: its
+// format's shared path (the one providers are configured with today), ""
+// when msgq does not receive them.
+func (id *identity) webhookPath() string {
+	if !id.receivesWebhooks() {
+		return ""
+	}
+	return webhook.PathPrefix + id.Kind.Webhook.Name
 }
 
 // identityNames lists the configured identities, sorted, for messages
@@ -143,7 +169,12 @@ func parseIdentities(raw map[string]identityConfig) (map[string]*identity, error
 	out := map[string]*identity{}
 	for name, ic := range raw {
 		id, err := parseIdentity(name, ic)
-		if err != nil {
+		var unknown *provider.UnknownSettingError
+		switch {
+		case errors.As(err, &unknown):
+			// Refused like a misspelt key of the file.
+			return nil, usagef("config: identities: %s: %v", name, err)
+		case err != nil:
 			return nil, usagef("config: identity %s: %v", name, err)
 		}
 		out[name] = id
@@ -153,19 +184,24 @@ func parseIdentities(raw map[string]identityConfig) (map[string]*identity, error
 	// matter of chance.
 	byNumber := map[string]string{}
 	for name, id := range out {
-		n := id.Config.PhoneNumberID
+		key, n := id.Settings.Sender()
 		if n == "" {
 			continue
 		}
+		n = id.Kind.Name + " " + key + " " + n
 		if other, ok := byNumber[n]; ok {
 			a, b := min(name, other), max(name, other)
-			return nil, usagef("config: identities %s and %s have the same phone_number_id %s", a, b, n)
+			return nil, usagef("config: identities %s and %s have the same %s %s", a, b, key, n[strings.LastIndexByte(n, ' ')+1:])
 		}
 		byNumber[n] = name
 	}
 	if _, ok := out[builtinSim]; !ok {
-		out[builtinSim] = &identity{Name: builtinSim, Config: identityConfig{Provider: providerSim}, Policy: retry.DefaultPolicy(),
-			Rate: settingOff, PerRecipient: settingOff, Channels: []string{store.ChannelWhatsApp, store.ChannelSMS}}
+		s, err := sim.Kind.Decode(nil)
+		if err != nil {
+			panic(err) // the built-in sim has no settings to get wrong
+		}
+		out[builtinSim] = &identity{Name: builtinSim, Config: identityConfig{Provider: sim.Name}, Kind: &sim.Kind, Settings: s,
+			Policy: retry.DefaultPolicy(), Rate: settingOff, PerRecipient: settingOff, Channels: slices.Clone(sim.Kind.Channels)}
 	}
 	return out, nil
 }
@@ -175,39 +211,21 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 		return nil, fmt.Errorf("names are %s", identityGrammar)
 	}
 	id := &identity{Name: name, Config: ic, Policy: retry.DefaultPolicy()}
-	switch ic.Provider {
-	case providerWhatsApp:
-		if ic.PhoneNumberID == "" {
-			return nil, fmt.Errorf("provider whatsapp needs phone_number_id")
-		}
-		fallthrough
-	case providerHTTP:
-		if ic.TokenEnv == "" {
-			return nil, fmt.Errorf("provider %s needs token_env (the environment variable holding its token)", ic.Provider)
-		}
-		if ic.Provider == providerHTTP && ic.BaseURL == "" {
-			return nil, fmt.Errorf("provider http needs base_url")
-		}
-	case providerSim:
-	case "":
-		return nil, fmt.Errorf("provider is required (whatsapp, http or sim)")
-	default:
-		return nil, fmt.Errorf("unknown provider %q (want whatsapp, http or sim)", ic.Provider)
+	if ic.Provider == "" {
+		return nil, fmt.Errorf("provider is required (%s)", kinds.Names())
 	}
-	if (ic.AppSecretEnv != "" || ic.VerifyTokenEnv != "") && ic.Provider != providerWhatsApp {
-		return nil, fmt.Errorf("app_secret_env and verify_token_env are for provider whatsapp; provider %s signs with webhook_secret_env", ic.Provider)
+	kind, ok := kinds.ByName(ic.Provider)
+	if !ok {
+		return nil, fmt.Errorf("unknown provider %q (want %s)", ic.Provider, kinds.Names())
 	}
-	if ic.WebhookSecretEnv != "" && ic.Provider == providerWhatsApp {
-		return nil, fmt.Errorf("webhook_secret_env is for the http provider; whatsapp signs with app_secret_env")
+	settings, err := kind.Decode(ic.Settings)
+	if err != nil {
+		return nil, err
 	}
+	id.Kind, id.Settings = kind, settings
 	switch ic.ServiceWindow {
 	case "":
-		// WhatsApp's window is 24h, but msgq only knows it opened when
-		// it receives the inbound webhooks: without an app secret it
-		// never does, and enforcing the window would hold every text.
-		if ic.Provider == providerWhatsApp && ic.AppSecretEnv != "" {
-			id.Window = 24 * time.Hour
-		}
+		id.Window = settings.ServiceWindow()
 	case "off":
 	default:
 		d, err := parseDuration(ic.ServiceWindow)
@@ -216,29 +234,31 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 		}
 		id.Window = d
 	}
-	// The channels it sends on: a WhatsApp number sends WhatsApp messages
-	// and nothing else; the http API and the simulator carry the channel
-	// in each request, so they send on the one configured, or on either.
-	switch {
-	case ic.Channel != "" && ic.Channel != store.ChannelWhatsApp && ic.Channel != store.ChannelSMS:
-		return nil, fmt.Errorf("channel must be whatsapp or sms (got %q)", ic.Channel)
-	case ic.Provider == providerWhatsApp && ic.Channel != "" && ic.Channel != store.ChannelWhatsApp:
-		return nil, fmt.Errorf("provider whatsapp sends on channel whatsapp only (got channel %s)", ic.Channel)
-	case ic.Provider == providerWhatsApp:
-		id.Channels = []string{store.ChannelWhatsApp}
+	if id.Quiet, err = parseQuiet(ic); err != nil {
+		return nil, err
+	}
+	if ic.DailyRecipients < 0 {
+		return nil, fmt.Errorf("daily_recipients %d must be a positive number of recipients (e.g. 250), or 0 for no limit", ic.DailyRecipients)
+	}
+	id.DailyRecipients = ic.DailyRecipients
+	// The channels it sends on: the one configured, which its kind must
+	// send on, or every one the kind sends on.
+	switch all := kinds.Channels(); {
+	case ic.Channel != "" && !slices.Contains(all, ic.Channel):
+		return nil, fmt.Errorf("channel must be %s (got %q)", kinds.OrList(all), ic.Channel)
+	case ic.Channel != "" && !kind.SendsOn(ic.Channel):
+		return nil, fmt.Errorf("provider %s sends on channel %s only (got channel %s)", kind.Name, kinds.OrList(kind.Channels), ic.Channel)
 	case ic.Channel != "":
 		id.Channels = []string{ic.Channel}
 	default:
-		id.Channels = []string{store.ChannelWhatsApp, store.ChannelSMS}
+		id.Channels = slices.Clone(kind.Channels)
 	}
 	rate, perRcpt := ic.Rate, ic.PerRecipientInterval
-	if ic.Provider == providerWhatsApp {
-		if rate == "" {
-			rate, id.RateDefault = whatsappDefaultRate, true
-		}
-		if perRcpt == "" {
-			perRcpt, id.PerRecipientDefault = whatsappDefaultPerRecipient, true
-		}
+	if rate == "" && kind.Rate != "" {
+		rate, id.RateDefault = kind.Rate, true
+	}
+	if perRcpt == "" && kind.PerRecipient != "" {
+		perRcpt, id.PerRecipientDefault = kind.PerRecipient, true
 	}
 	id.Rate, id.PerRecipient = settingOff, settingOff
 	if rate != "" && rate != settingOff {
@@ -247,6 +267,12 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 			return nil, err
 		}
 		id.Pacing.Spacing, id.Rate = spacing, rate
+	}
+	switch {
+	case ic.MaxSegments < 0:
+		return nil, fmt.Errorf("max_segments %d must be a number of SMS segments (0: no limit)", ic.MaxSegments)
+	case ic.MaxSegments > 0 && !id.sendsOn(store.ChannelSMS):
+		return nil, fmt.Errorf("max_segments limits SMS texts, and this identity sends on %s only", kinds.OrList(id.Channels))
 	}
 	if h := ic.PacingHeadroom; h < 0 || h >= 1 {
 		return nil, fmt.Errorf("pacing_headroom %v must be a share in [0, 1), e.g. 0.1", h)
@@ -288,6 +314,42 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 	return id, nil
 }
 
+// parseQuiet reads the quiet-hours settings. A zone is required with a
+// window: email has no zone of its own, nor has a number whose country
+// spans several, and a window read in a guessed zone wakes people up.
+func parseQuiet(ic identityConfig) (quiet.Policy, error) {
+	var p quiet.Policy
+	ex := ic.QuietExempt
+	if ic.QuietHours == "" {
+		if ic.QuietZone != "" || len(ex.Lanes) > 0 || len(ex.Purposes) > 0 {
+			return p, fmt.Errorf("quiet_zone and quiet_exempt need quiet_hours (a window like 21:00-08:00)")
+		}
+		return p, nil
+	}
+	w, err := quiet.Parse(ic.QuietHours)
+	if err != nil {
+		return p, fmt.Errorf("quiet_hours: %v", err)
+	}
+	if ic.QuietZone == "" {
+		return p, fmt.Errorf("quiet_hours needs quiet_zone (an IANA zone like Europe/Berlin): the zone for email and for numbers whose country spans several zones")
+	}
+	zone, err := time.LoadLocation(ic.QuietZone)
+	if err != nil || ic.QuietZone == "Local" {
+		return p, fmt.Errorf("quiet_zone %q is not an IANA time zone like Europe/Berlin", ic.QuietZone)
+	}
+	for _, l := range ex.Lanes {
+		if l != store.LaneReply && l != store.LaneBulk {
+			return p, fmt.Errorf("quiet_exempt.lanes: %q is not a lane (reply or bulk)", l)
+		}
+	}
+	for _, pu := range ex.Purposes {
+		if pu == "" {
+			return p, fmt.Errorf("quiet_exempt.purposes: an empty purpose")
+		}
+	}
+	return quiet.Policy{Window: &w, Zone: zone, ExemptLanes: ex.Lanes, ExemptPurposes: ex.Purposes}, nil
+}
+
 // parseRate reads "80/s", "600/m" or "1000/h" and returns the spacing
 // between calls that keeps to it.
 func parseRate(s string) (time.Duration, error) {
@@ -306,37 +368,44 @@ func parseRate(s string) (time.Duration, error) {
 // provider builds the identity's provider. Secrets come from the
 // environment at this point and go nowhere but the provider's requests.
 func (id *identity) provider() (provider.Provider, error) {
-	ic := id.Config
-	token := ""
-	if ic.TokenEnv != "" {
-		token = os.Getenv(ic.TokenEnv)
-		if token == "" {
-			return nil, usagef("identity %s: environment variable %s (token_env) is not set", id.Name, ic.TokenEnv)
+	for _, e := range id.Settings.SendEnv() {
+		if e.Name != "" && os.Getenv(e.Name) == "" {
+			return nil, usagef("identity %s: environment variable %s (%s) is not set", id.Name, e.Name, e.Key)
 		}
 	}
-	return id.build(token), nil
+	p, err := id.Settings.New(os.Getenv)
+	if err != nil {
+		return nil, usagef("identity %s: %v", id.Name, oneLine(err.Error()))
+	}
+	return p, nil
 }
 
 // dedupesByKey says whether the identity's provider deduplicates sends by
 // key: a property of its kind, known without its token.
 func (id *identity) dedupesByKey() bool {
-	return id.build("").Idempotent()
+	return id.tokenless().Idempotent()
 }
 
-func (id *identity) build(token string) provider.Provider {
-	ic := id.Config
-	switch ic.Provider {
-	case providerWhatsApp:
-		return whatsapp.New(whatsapp.Config{BaseURL: ic.BaseURL, PhoneNumberID: ic.PhoneNumberID, Token: token})
-	case providerHTTP:
-		return httpapi.New(httpapi.Config{BaseURL: ic.BaseURL, Token: token})
+// tokenless builds the identity's provider without any secret: good for
+// its kind's properties (does it deduplicate, can it look up), never
+// called.
+func (id *identity) tokenless() provider.Provider {
+	p, err := id.Settings.New(func(string) string { return "" })
+	if err != nil {
+		// A kind that cannot be built without its secrets has only
+		// its declared properties.
+		return kindOnly{id.Kind}
 	}
-	if ic.BaseURL != "" {
-		// A sim served over HTTP (msgq sim serve) speaks the http API.
-		return httpapi.New(httpapi.Config{BaseURL: ic.BaseURL, Token: "sim"})
-	}
-	return sim.New(sim.DefaultConfig()).Provider()
+	return p
 }
+
+// kindOnly is a kind's declared properties as a provider that never sends.
+type kindOnly struct{ k *provider.Kind }
+
+func (k kindOnly) Send(context.Context, *provider.Message) provider.Result {
+	return provider.Result{Class: retry.Transient, RawError: "not built: its secrets are not set here"}
+}
+func (k kindOnly) Idempotent() bool { return k.k.Idempotent }
 
 // skippedIdentity is a configured identity this process cannot act for:
 // the secrets it needs are not in its environment.
@@ -363,7 +432,8 @@ func drainIdentities(ids map[string]*identity, required bool) (map[string]*drain
 		if err != nil {
 			return nil, nil, err
 		}
-		out[n] = &drain.Identity{Name: n, Provider: p, Policy: id.Policy, Pacing: id.Pacing, Headroom: id.Config.PacingHeadroom}
+		out[n] = &drain.Identity{Name: n, Provider: p, Policy: id.Policy, Pacing: id.Pacing, Headroom: id.Config.PacingHeadroom,
+			Quiet: id.Quiet, DailyRecipients: id.DailyRecipients}
 	}
 	return out, skipped, nil
 }

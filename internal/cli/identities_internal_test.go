@@ -17,8 +17,8 @@ func TestIdentitiesJSONFieldsArePinned(t *testing.T) {
 		v    any
 		want []string
 	}{
-		{"an identity", identityRow{}, []string{"channels", "configured", "last_notice", "missing_env", "name", "paused", "paused_at", "paused_reason",
-			"per_recipient_default", "per_recipient_interval", "provider", "queued", "rate", "rate_default", "sending", "sends_here",
+		{"an identity", identityRow{}, []string{"channels", "configured", "daily_recipients_limit", "daily_recipients_used", "last_notice", "missing_env", "name", "paused", "paused_at", "paused_reason",
+			"per_recipient_default", "per_recipient_interval", "provider", "queued", "quiet_hours", "quiet_zone", "rate", "rate_default", "sending", "sends_here",
 			"service_window", "template_holds", "unknown", "webhooks"}},
 		{"a queue that cannot send from here", unsendableQueue{}, []string{"identity", "queued", "why"}},
 	} {
@@ -32,7 +32,7 @@ func TestIdentitiesJSONFieldsArePinned(t *testing.T) {
 // and the pacing it gets, by provider, default and override.
 func TestParseIdentityChannelsAndPacing(t *testing.T) {
 	t.Parallel()
-	wa := identityConfig{Provider: providerWhatsApp, PhoneNumberID: "1", TokenEnv: "T"}
+	wa := identityConfig{Provider: "whatsapp", Settings: map[string]any{"phone_number_id": "1", "token_env": "T"}}
 	for _, tc := range []struct {
 		name string
 		ic   identityConfig
@@ -44,9 +44,9 @@ func TestParseIdentityChannelsAndPacing(t *testing.T) {
 		{"whatsapp, its own limits", with(wa, func(c *identityConfig) { c.Rate, c.PerRecipientInterval = "1000/s", "1s" }),
 			"[whatsapp] 1000/s 1ms false 1s 1s false"},
 		{"whatsapp, channel whatsapp", with(wa, func(c *identityConfig) { c.Channel = "whatsapp" }), "[whatsapp] 80/s 12.5ms true 6s 6s true"},
-		{"http, no channel: either", identityConfig{Provider: providerHTTP, BaseURL: "http://x", TokenEnv: "T"},
+		{"http, no channel: either", identityConfig{Provider: "http", Settings: map[string]any{"base_url": "http://x", "token_env": "T"}},
 			"[whatsapp sms] off 0s false off 0s false"},
-		{"sim, channel sms", identityConfig{Provider: providerSim, Channel: "sms"}, "[sms] off 0s false off 0s false"},
+		{"sim, channel sms", identityConfig{Provider: "sim", Channel: "sms"}, "[sms] off 0s false off 0s false"},
 	} {
 		id, err := parseIdentity("x", tc.ic)
 		if err != nil {
@@ -87,8 +87,8 @@ func with(ic identityConfig, change func(*identityConfig)) identityConfig {
 func TestASpecsChannelDefaultsToItsIdentitys(t *testing.T) {
 	t.Parallel()
 	ids, err := parseIdentities(map[string]identityConfig{
-		"shop":  {Provider: providerWhatsApp, PhoneNumberID: "1", TokenEnv: "T"},
-		"texts": {Provider: providerSim, Channel: "sms"},
+		"shop":  {Provider: "whatsapp", Settings: map[string]any{"phone_number_id": "1", "token_env": "T"}},
+		"texts": {Provider: "sim", Channel: "sms"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestASpecsChannelDefaultsToItsIdentitys(t *testing.T) {
 		{"shop", "", "whatsapp"}, {"texts", "", "sms"}, {"sim", "", "whatsapp"}, {"sim", "sms", "sms"},
 		{"shop", "sms", "channel: identity shop (provider whatsapp) does not send on sms (it sends on whatsapp)"},
 		{"shpo", "", `identity: "shpo" is not configured (known: shop, sim, texts)`},
-		{"shop", "fax", `channel: must be whatsapp or sms (got "fax")`},
+		{"shop", "fax", `channel: must be whatsapp, sms or email (got "fax")`},
 	} {
 		s := sendSpec{Key: "k", To: "+15551234567", Text: "hi", Identity: tc.identity, Channel: tc.channel}
 		p, err := s.params(time.Now(), sendDefaults{Tenant: "default", Identities: ids})
@@ -115,7 +115,7 @@ func TestASpecsChannelDefaultsToItsIdentitys(t *testing.T) {
 // parseDuration's grammar (days included), like every flag (issue 13 §4).
 func TestIdentityDurationsTakeTheOneGrammar(t *testing.T) {
 	t.Parallel()
-	ic := identityConfig{Provider: providerHTTP, BaseURL: "http://x", TokenEnv: "T", ServiceWindow: "1d",
+	ic := identityConfig{Provider: "http", Settings: map[string]any{"base_url": "http://x", "token_env": "T"}, ServiceWindow: "1d",
 		PerRecipientInterval: "1d12h"}
 	ic.Retry.Base, ic.Retry.Cap = "1d", "2d"
 	id, err := parseIdentity("x", ic)
@@ -128,5 +128,32 @@ func TestIdentityDurationsTakeTheOneGrammar(t *testing.T) {
 	ic.ServiceWindow = "1x"
 	if _, err := parseIdentity("x", ic); err == nil {
 		t.Error("service_window 1x was accepted")
+	}
+}
+
+// TestATwilioIdentityExpectsProgressOnlyWithAStatusCallback: every twilio
+// identity receives webhooks (inbound SMS, verified with its auth token),
+// but only one with a status_callback gets statuses, so only its accepted
+// sends are expected to progress (stats, health).
+func TestATwilioIdentityExpectsProgressOnlyWithAStatusCallback(t *testing.T) {
+	t.Parallel()
+	tw := map[string]any{"account_sid_env": "S", "auth_token_env": "T", "from": "+15005550006"}
+	withCB := map[string]any{"status_callback": "https://hooks.example.com/webhooks/twilio/loud"}
+	for k, v := range tw {
+		withCB[k] = v
+	}
+	ids := map[string]*identity{}
+	for name, settings := range map[string]map[string]any{"quiet": tw, "loud": withCB} {
+		id, err := parseIdentity(name, identityConfig{Provider: "twilio", Settings: settings})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !id.receivesWebhooks() {
+			t.Errorf("%s does not receive webhooks", name)
+		}
+		ids[name] = id
+	}
+	if got := progressIdentities(ids); !slices.Equal(got, []string{"loud"}) {
+		t.Errorf("progress identities %v, want the one with a status_callback", got)
 	}
 }

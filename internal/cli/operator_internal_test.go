@@ -28,7 +28,7 @@ func TestOperatorJSONFieldsArePinned(t *testing.T) {
 	}{
 		{"a stuck row", stuckRow{m, "131000", time.Minute, false}, sortedWith(rowFields, "last_code", "age_ns", "lease_expired")},
 		{"resolve and cancel", operatorResult{m, state.Sending}, sortedWith(rowFields, "from")},
-		{"resend", sendResult{m, false}, sortedWith(rowFields, "replayed")},
+		{"resend", sendResult{m, false, false, nil}, sortedWith(rowFields, "replayed", "revived")},
 		{"reconcile", reconcile.Result{}, []string{"changed", "dry_run", "unresolved"}},
 		{"a reconcile change", reconcile.Change{}, []string{"event", "from", "id", "identity", "key", "to", "why"}},
 		{"a failing reconcile change", reconcile.Change{Reason: state.Permanent},

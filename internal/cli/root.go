@@ -50,11 +50,7 @@ func Run(ctx context.Context, args []string, ios *IOStreams) int {
 	if err == nil {
 		return ExitOK
 	}
-	// Cobra reports unknown commands and flags as plain errors.
-	if msg := err.Error(); strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "unknown flag") ||
-		strings.HasPrefix(msg, "unknown shorthand flag") {
-		err = &usageError{err}
-	}
+	err = wrapUsage(err)
 	// Every error line is cleaned of the store's password, whichever
 	// command (or driver) wrote the message.
 	msg := storeopen.RedactQuotedURLs(err.Error())
@@ -63,6 +59,16 @@ func Run(ctx context.Context, args []string, ios *IOStreams) int {
 	}
 	fmt.Fprintf(ios.Err, "msgq: %s\n", oneLine(msg))
 	return exitCode(err)
+}
+
+// wrapUsage makes cobra's unknown-command and unknown-flag errors, which
+// it reports as plain errors, usage errors (exit 2).
+func wrapUsage(err error) error {
+	if msg := err.Error(); strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "unknown flag") ||
+		strings.HasPrefix(msg, "unknown shorthand flag") {
+		return &usageError{err}
+	}
+	return err
 }
 
 // oneLine keeps an error to one line, as the contract promises.
@@ -79,6 +85,10 @@ type app struct {
 	now        func() time.Time
 	st         store.Store
 	closeStore func() error
+	// parsed, when set, receives a command's validated options in place of
+	// running it, so tests can check flag parsing apart from behaviour
+	// (internal/cli/flags_test.go): nothing is opened or written.
+	parsed func(opts any) error
 }
 
 func newRootCmd(a *app) *cobra.Command {
@@ -136,6 +146,10 @@ defaults. The default store is $XDG_DATA_HOME/msgq/msgq.db
 		newPurgeCmd(a),
 		newWebhookCmd(a),
 		newInboxCmd(a),
+		newOptOutsCmd(a),
+		newAPIKeysCmd(a),
+		newServeCmd(a),
+		newEndpointsCmd(a),
 	)
 	oneDurationGrammar(root)
 	completeFlagValues(root)

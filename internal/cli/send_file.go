@@ -24,10 +24,12 @@ import (
 const bulkBatch = 4096
 
 // lineResult is one line of `send --file` output. Field names are a
-// contract (-o json prints one object per line).
+// contract (-o json prints one object per line). A revived line says so
+// in Result alone, with no field of its own, so that every other line
+// reads as it did before revivals existed.
 type lineResult struct {
 	Line       int    `json:"line"`
-	Result     string `json:"result"` // enqueued | replayed | invalid | conflict
+	Result     string `json:"result"` // enqueued | replayed | revived | invalid | conflict
 	Key        string `json:"key,omitempty"`
 	ID         string `json:"id,omitempty"`
 	State      string `json:"state,omitempty"`
@@ -35,9 +37,11 @@ type lineResult struct {
 	Replayed   bool   `json:"replayed"`
 	ExistingID string `json:"existing_id,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// SMS is the text's segment count, for SMS lines with a text.
+	SMS *smsInfo `json:"sms,omitempty"`
 }
 
-type bulkCounts struct{ lines, enqueued, replayed, invalid, conflict int }
+type bulkCounts struct{ lines, enqueued, replayed, revived, invalid, conflict int }
 
 // bulk is one run of send --file. A reader goroutine parses and validates
 // lines into batches while the caller writes the previous batch: phone
@@ -58,8 +62,11 @@ type batch struct {
 	lines  []lineResult
 	idx    []int // per line: index into params, or -1 for a bad line
 	params []store.EnqueueParams
-	read   int64 // bytes of input this batch covers, for the progress bar
-	err    error // a read error after these lines
+	// challenges are the lines with "steps", each written on its own
+	// (ChallengeEnqueue) after the batch's single sends.
+	challenges []lineChallenge
+	read       int64 // bytes of input this batch covers, for the progress bar
+	err        error // a read error after these lines
 }
 
 func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
@@ -106,8 +113,14 @@ func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
 		_ = bar.Finish()
 	}
 	c := b.counts
-	fmt.Fprintf(a.ios.Err, "send: %d lines: %d enqueued, %d replayed, %d invalid, %d conflicts (%.1fs)\n",
-		c.lines, c.enqueued, c.replayed, c.invalid, c.conflict, time.Since(start).Seconds())
+	// Revivals are rare (a policy refusal whose condition lifted): named
+	// only when there are some, so the usual summary stays as it was.
+	revived := ""
+	if c.revived > 0 {
+		revived = fmt.Sprintf(", %d revived", c.revived)
+	}
+	fmt.Fprintf(a.ios.Err, "send: %d lines: %d enqueued, %d replayed%s, %d invalid, %d conflicts (%.1fs)\n",
+		c.lines, c.enqueued, c.replayed, revived, c.invalid, c.conflict, time.Since(start).Seconds())
 	switch {
 	case c.invalid > 0:
 		return &exitError{ExitUsage, fmt.Sprintf("%d of %d lines were invalid and not enqueued (see their results)", c.invalid, c.lines)}
@@ -193,6 +206,16 @@ func (b *bulk) add(bt *batch, n int, line []byte) {
 	var spec sendSpec
 	var p store.EnqueueParams
 	err := parseLine(line, &spec)
+	if err == nil && (len(spec.Steps) > 0 || spec.Supersedes != "" || spec.AcceptDuplicateRisk || spec.ThenIfUndelivered) {
+		var cp store.ChallengeParams
+		cp, err = lineChallengeParams(&spec, b.a.now(), b.defs)
+		if err == nil {
+			bt.lines = append(bt.lines, lineResult{Line: n, Key: cp.Key})
+			bt.idx = append(bt.idx, -1)
+			bt.challenges = append(bt.challenges, lineChallenge{len(bt.lines) - 1, cp})
+			return
+		}
+	}
 	if err == nil {
 		p, err = spec.params(b.a.now(), b.defs)
 	}
@@ -259,6 +282,28 @@ func (b *bulk) flush(ctx context.Context, bt *batch) error {
 		}
 		return fmt.Errorf("enqueue lines %d-%d (nothing of them was written; earlier lines were): %w", first, last, err)
 	}
+	for _, lc := range bt.challenges {
+		lr := &bt.lines[lc.line]
+		var res *store.ChallengeResult
+		err := b.a.retryLostConnection(ctx, func() (err error) {
+			res, err = b.st.ChallengeEnqueue(ctx, &lc.params)
+			return err
+		})
+		var ce *store.ConflictError
+		var ie *store.InvalidError
+		switch {
+		case errors.As(err, &ce):
+			lr.Result, lr.ExistingID, lr.Error = "conflict", ce.ExistingID, err.Error()
+		case errors.As(err, &ie):
+			lr.Result, lr.Error = "invalid", oneLine(err.Error())
+		case err != nil:
+			return fmt.Errorf("enqueue the challenge of line %d (earlier lines were written): %w", lr.Line, storeopen.RedactErr(b.a.cfg.Store, err))
+		default:
+			m := res.Challenge.Steps[0].Message
+			lr.ID, lr.State, lr.To, lr.Replayed = m.ID, string(m.State), m.To, res.Replayed
+			lr.Result = enqueueVerb(res.Replayed, false)
+		}
+	}
 	b.counts.lines += len(bt.lines)
 	for i := range bt.lines {
 		lr := &bt.lines[i]
@@ -272,10 +317,8 @@ func (b *bulk) flush(ctx context.Context, bt *batch) error {
 				lr.Result, lr.Error = "invalid", oneLine(r.Err.Error())
 			default:
 				lr.ID, lr.State, lr.To, lr.Replayed = r.Message.ID, string(r.Message.State), r.Message.To, r.Replayed
-				lr.Result = "enqueued"
-				if r.Replayed {
-					lr.Result = "replayed"
-				}
+				lr.SMS = smsCost(r.Message)
+				lr.Result = enqueueVerb(r.Replayed, r.Revived)
 			}
 		}
 		switch lr.Result {
@@ -283,6 +326,8 @@ func (b *bulk) flush(ctx context.Context, bt *batch) error {
 			b.counts.enqueued++
 		case "replayed":
 			b.counts.replayed++
+		case "revived":
+			b.counts.revived++
 		case "invalid":
 			b.counts.invalid++
 		case "conflict":
@@ -295,6 +340,27 @@ func (b *bulk) flush(ctx context.Context, bt *batch) error {
 	return b.out.Flush()
 }
 
+// lineChallenge is a --file line that is a challenge: its place in the
+// batch's lines and its parameters.
+type lineChallenge struct {
+	line   int
+	params store.ChallengeParams
+}
+
+// lineChallengeParams checks a --file line with "steps" as send's --then
+// flags are checked, and builds its challenge.
+func lineChallengeParams(spec *sendSpec, now time.Time, d sendDefaults) (store.ChallengeParams, error) {
+	switch {
+	case len(spec.Steps) == 0:
+		return store.ChallengeParams{}, usagef("accept_duplicate_risk, then_if_undelivered and supersedes need \"steps\"")
+	case spec.NotBefore != "":
+		return store.ChallengeParams{}, usagef("not_before cannot be combined with steps: a challenge's first step goes out at once")
+	case spec.ExpiresIn == "" && spec.ExpiresAt == "":
+		return store.ChallengeParams{}, usagef("a challenge needs a deadline: expires_in or expires_at")
+	}
+	return challengeParams(spec, spec.Steps, spec.AcceptDuplicateRisk, spec.ThenIfUndelivered, spec.Supersedes, now, d)
+}
+
 func (b *bulk) print(lr *lineResult) error {
 	if b.a.cfg.Output == outJSON {
 		buf, _ := json.Marshal(lr)
@@ -304,7 +370,7 @@ func (b *bulk) print(lr *lineResult) error {
 	}
 	var err error
 	switch lr.Result {
-	case "enqueued", "replayed":
+	case "enqueued", "replayed", "revived":
 		_, err = fmt.Fprintf(b.out, "line %d: %s %s %s\n", lr.Line, lr.Result, lr.Key, lr.ID)
 	default:
 		_, err = fmt.Fprintf(b.out, "line %d: %s: %s\n", lr.Line, lr.Result, lr.Error)

@@ -28,9 +28,10 @@ type pgProxy struct {
 	target   string
 	accepted atomic.Int32
 	refuse   atomic.Int32 // connections still to drop at once
-	// loseCommit: the next connection that sends an INSERT INTO messages
-	// and then a COMMIT gets the COMMIT through to the server, and the
-	// connection is cut before the server's answer comes back.
+	// loseCommit: the next connection that commits an INSERT INTO
+	// messages (a COMMIT after it, or the insert alone when no BEGIN came
+	// first) gets it through to the server, and the connection is cut
+	// before the server's answer comes back.
 	loseCommit atomic.Bool
 	lost       atomic.Int32
 }
@@ -77,15 +78,21 @@ func (p *pgProxy) pipe(client net.Conn) {
 	go func() {
 		defer closeBoth()
 		buf := make([]byte, 64<<10)
-		sawInsert := false
+		sawInsert, inTx := false, false
 		for {
 			n, err := client.Read(buf)
 			if n > 0 {
 				chunk := bytes.ToLower(buf[:n])
-				if bytes.Contains(chunk, []byte("insert into messages")) {
-					sawInsert = true
+				insert := bytes.Contains(chunk, []byte("insert into messages"))
+				if bytes.HasPrefix(bytes.TrimSpace(chunk[min(5, len(chunk)):]), []byte("begin")) || bytes.Contains(chunk, []byte("\x00begin")) {
+					inTx = true
 				}
-				if sawInsert && bytes.Contains(chunk, []byte("commit")) && p.loseCommit.CompareAndSwap(true, false) {
+				sawInsert = sawInsert || insert
+				// The transaction's COMMIT after its insert; or an insert
+				// outside any transaction (the single-row enqueue is one
+				// autocommitted statement), which commits itself.
+				commits := (sawInsert && bytes.Contains(chunk, []byte("commit"))) || (insert && !inTx)
+				if commits && p.loseCommit.CompareAndSwap(true, false) {
 					cut.Store(true)
 				}
 				if _, werr := server.Write(buf[:n]); werr != nil {

@@ -6,7 +6,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/msgq/msgq/internal/mailtemplate"
+	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/recipient"
+	"github.com/msgq/msgq/internal/sms"
 	"github.com/msgq/msgq/internal/store"
 )
 
@@ -22,6 +25,7 @@ type sendSpec struct {
 	Lang             string   `json:"lang"`
 	Params           []string `json:"params"`
 	Text             string   `json:"text"`
+	Subject          string   `json:"subject"`
 	FallbackTemplate string   `json:"fallback_template"`
 	FallbackParams   []string `json:"fallback_params"`
 	Purpose          string   `json:"purpose"`
@@ -31,6 +35,13 @@ type sendSpec struct {
 	ExpiresIn        string   `json:"expires_in"`
 	ExpiresAt        string   `json:"expires_at"`
 	Tenant           string   `json:"tenant"`
+	QuietHours       string   `json:"quiet_hours"`
+	// A --file line's challenge (docs/challenges.md): its later steps and
+	// options, as send's --then flags say them.
+	Steps               []stepSpec `json:"steps"`
+	AcceptDuplicateRisk bool       `json:"accept_duplicate_risk"`
+	ThenIfUndelivered   bool       `json:"then_if_undelivered"`
+	Supersedes          string     `json:"supersedes"`
 }
 
 // defaultLang is the template language when none is given.
@@ -39,9 +50,15 @@ const defaultLang = "en"
 // sendDefaults fill what a spec leaves empty (from flags and config).
 type sendDefaults struct {
 	Tenant, Identity, Channel, Region, Lane, Purpose string
+	// QuietHours is send --quiet-hours: every line's unless it says.
+	QuietHours string
 	// Identities are the configured identities: a row's identity must be
 	// one of them, and its channel one its identity sends on.
 	Identities map[string]*identity
+	// templates caches the email template sets read in this run, by
+	// directory (a --file of many lines reads each directory once); nil:
+	// no cache.
+	templates map[string]*mailtemplate.Set
 }
 
 // params turns a spec into store parameters. Times given as durations
@@ -82,7 +99,7 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	// Invalid UTF-8 (a --text from a shell in another encoding, say) would
 	// be replaced with U+FFFD when stored: refuse it instead.
 	for _, f := range []struct{ name, v string }{{"text", s.Text}, {"template", s.Template}, {"lang", s.Lang},
-		{"fallback_template", s.FallbackTemplate}, {"purpose", s.Purpose}, {"ref", s.Ref}, {"identity", s.Identity}, {"to", s.To}} {
+		{"subject", s.Subject}, {"fallback_template", s.FallbackTemplate}, {"purpose", s.Purpose}, {"ref", s.Ref}, {"identity", s.Identity}, {"to", s.To}} {
 		if !utf8.ValidString(f.v) {
 			return p, &store.InvalidError{Field: f.name, Msg: fmt.Sprintf("is not valid UTF-8 (at byte %d)", invalidUTF8At([]byte(f.v)))}
 		}
@@ -106,7 +123,7 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 		p.Channel = id.Channels[0]
 	case p.Channel == "":
 		p.Channel = store.ChannelWhatsApp
-	case id != nil && (p.Channel == store.ChannelWhatsApp || p.Channel == store.ChannelSMS) && !id.sendsOn(p.Channel):
+	case id != nil && recipient.Known(p.Channel) && !id.sendsOn(p.Channel):
 		return p, &store.InvalidError{Field: "channel", Msg: fmt.Sprintf("identity %s (provider %s) does not send on %s (it sends on %s)",
 			p.Identity, id.Config.Provider, p.Channel, strings.Join(id.Channels, ", "))}
 	}
@@ -122,6 +139,12 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 		return p, err
 	}
 	p.To = to
+	if err := checkSegments(p.Channel, s.Text, id); err != nil {
+		return p, err
+	}
+	if err := s.email(&p, id, d); err != nil {
+		return p, err
+	}
 	if s.NotBefore != "" {
 		if t, err := time.Parse(time.RFC3339, s.NotBefore); err == nil {
 			p.NotBefore = t
@@ -151,7 +174,112 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 		p.ExpiresAt = t
 	}
 	p.Normalize()
-	return p, p.Validate(now)
+	if err := p.Validate(now); err != nil {
+		return p, err
+	}
+	return p, quietSchedule(&p, pick(s.QuietHours, d.QuietHours), id, now)
+}
+
+// checkSegments refuses an SMS text over its identity's max_segments: a
+// long text is billed once per segment, and the count is known before
+// anything is written.
+func checkSegments(channel, text string, id *identity) error {
+	if channel != store.ChannelSMS || text == "" || id == nil || id.Config.MaxSegments <= 0 {
+		return nil
+	}
+	n, enc := sms.Segments(text)
+	if n <= id.Config.MaxSegments {
+		return nil
+	}
+	return &store.InvalidError{Field: "text", Msg: fmt.Sprintf("is %d SMS segments (%s, %d characters); identity %s allows at most %d (max_segments)",
+		n, enc, utf8.RuneCountInString(text), id.Name, id.Config.MaxSegments)}
+}
+
+// smsInfo is what `send` and `show` say about an SMS text's cost: the
+// segments it is sent (and billed) in and the encoding that decides them.
+// Field names are a contract (-o json).
+type smsInfo struct {
+	Segments int    `json:"segments"`
+	Encoding string `json:"encoding"`
+}
+
+// smsCost is m's smsInfo, nil unless it is an SMS with a text.
+func smsCost(m *store.Message) *smsInfo {
+	if m.Channel != store.ChannelSMS || m.Payload == nil || m.Payload.Text == "" {
+		return nil
+	}
+	n, enc := sms.Segments(m.Payload.Text)
+	return &smsInfo{Segments: n, Encoding: enc}
+}
+
+func (i *smsInfo) String() string {
+	if i.Segments == 1 {
+		return "1 segment (" + i.Encoding + ")"
+	}
+	return fmt.Sprintf("%d segments (%s)", i.Segments, i.Encoding)
+}
+
+// email settles an email's content, once p's channel is known: a text
+// needs a subject; a template is rendered now, from the identity's
+// templates directory, into the subject, text and HTML that are stored
+// and sent (internal/provider/smtp sends content, never a template name).
+// Rendering at enqueue makes a missing template or parameter bad input
+// (exit 2, nothing written) instead of a row failing later in the drain;
+// the row keeps the content as it was sent. Another channel takes no
+// subject.
+func (s *sendSpec) email(p *store.EnqueueParams, id *identity, d sendDefaults) error {
+	pl := &p.Payload
+	if p.Channel != recipient.Email {
+		if s.Subject != "" {
+			return &store.InvalidError{Field: "subject", Msg: fmt.Sprintf("is for email only (channel %s has no subject)", p.Channel)}
+		}
+		return nil
+	}
+	switch {
+	case pl.FallbackTemplate != "" || len(pl.FallbackParams) > 0:
+		return &store.InvalidError{Field: "fallback_template", Msg: "has no use on email (there is no customer-service window)"}
+	case strings.ContainsAny(s.Subject, "\r\n"):
+		return &store.InvalidError{Field: "subject", Msg: "must be one line"}
+	case pl.Template != "" && s.Subject != "":
+		return &store.InvalidError{Field: "subject", Msg: fmt.Sprintf("cannot be combined with a template: email template %s has its own", pl.Template)}
+	case pl.Template == "" && strings.TrimSpace(s.Subject) == "":
+		return &store.InvalidError{Field: "subject", Msg: "is required for an email with text (--subject)"}
+	case pl.Template == "":
+		pl.Subject = s.Subject
+		return nil
+	}
+	dir := ""
+	if mt, ok := id.mailTemplater(); ok {
+		dir = mt.MailTemplates()
+	}
+	if dir == "" {
+		return &store.InvalidError{Field: "template", Msg: fmt.Sprintf("identity %s has no email templates directory (its templates: setting) to render %s from", p.Identity, pl.Template)}
+	}
+	set := d.templates[dir]
+	if set == nil {
+		var err error
+		if set, err = mailtemplate.Load(dir); err != nil {
+			return &store.InvalidError{Field: "template", Msg: oneLine(err.Error())}
+		}
+		if d.templates != nil {
+			d.templates[dir] = set
+		}
+	}
+	subject, text, html, err := set.Render(pl.Template, pl.Lang, pl.Params)
+	if err != nil {
+		return &store.InvalidError{Field: "template", Msg: oneLine(err.Error())}
+	}
+	*pl = store.Payload{Subject: subject, Text: text, HTML: html}
+	return nil
+}
+
+// mailTemplater is the identity's templates directory, if its kind has one.
+func (id *identity) mailTemplater() (provider.MailTemplater, bool) {
+	if id == nil {
+		return nil, false
+	}
+	mt, ok := id.Settings.(provider.MailTemplater)
+	return mt, ok
 }
 
 // parseWhen reads an RFC 3339 time or a duration from now ("10m").

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 )
@@ -29,14 +30,21 @@ type unsendableQueue struct {
 }
 
 // progressIdentities are the identities whose webhooks msgq receives
-// (app_secret_env or webhook_secret_env configured): only their accepted
-// sends can be expected to report delivered or read.
+// (app_secret_env, webhook_secret_env or auth_token_env configured) and
+// carry statuses (a twilio identity's only with a status_callback,
+// provider.ProgressReporter): only their accepted sends can be expected to
+// report delivered or read.
 func progressIdentities(ids map[string]*identity) []string {
 	var out []string
 	for _, n := range slices.Sorted(maps.Keys(ids)) {
-		if c := ids[n].Config; c.AppSecretEnv != "" || c.WebhookSecretEnv != "" {
-			out = append(out, n)
+		id := ids[n]
+		if !id.receivesWebhooks() {
+			continue
 		}
+		if pr, ok := id.Settings.(provider.ProgressReporter); ok && !pr.ReportsProgress() {
+			continue
+		}
+		out = append(out, n)
 	}
 	return out
 }
@@ -106,7 +114,38 @@ func vitalRows(s *store.Stats, un []unsendableQueue) [][]string {
 		{"maybe sent", maybe},
 		{"sent without progress after " + human(v.NoProgressAfter) + " (last " + win + ")", progress},
 		{"queued, cannot send from here", cant},
+		{"challenges", challengeLine(v.Challenges)},
+		{"challenges (last " + win + ")", recentChallengeLine(v.Challenges)},
 	}
+}
+
+// challengeLine sums up the verification challenges (docs/challenges.md).
+func challengeLine(c store.ChallengeVitals) string {
+	steps := make([]string, 0, len(c.CompletedByStep))
+	for k := range c.CompletedByStep {
+		steps = append(steps, k)
+	}
+	slices.Sort(steps)
+	by := make([]string, 0, len(steps))
+	for _, k := range steps {
+		by = append(by, fmt.Sprintf("step %s: %d", k, c.CompletedByStep[k]))
+	}
+	completed := strconv.Itoa(sumCounts(c.CompletedByStep))
+	if len(by) > 0 {
+		completed += " (" + strings.Join(by, ", ") + ")"
+	}
+	return fmt.Sprintf("%d open (%d blocked by an uncertain step), %s completed, %d expired, %d failed, %d superseded; "+
+		"%d fallbacks fired, %d superseding sends, %d unknown past the deadline",
+		c.Open, c.Blocked, completed, c.Expired, c.Failed, c.Superseded, c.FallbacksFired, c.SupersedingSends, c.UnknownPastDeadline)
+}
+
+// recentChallengeLine sums up the challenges' figures of the window.
+func recentChallengeLine(c store.ChallengeVitals) string {
+	first := fmt.Sprintf("%d first delivered", c.RecentFirstDeliveries)
+	if c.RecentFirstDeliveries > 0 {
+		first += fmt.Sprintf(" (creation to first delivery: p50 %s, p95 %s)", human(c.FirstDeliveryP50), human(c.FirstDeliveryP95))
+	}
+	return fmt.Sprintf("%s, %d expired", first, c.RecentExpired)
 }
 
 func sumCounts(m map[string]int) int {
@@ -142,6 +181,28 @@ func registerVitals(reg *prometheus.Registry, s *store.Stats, un []unsendableQue
 		float64(v.SendingLong))
 	counter("msgq_resends_total", "Messages made by msgq resend, since the store was created.", float64(v.Resends))
 	gauge("msgq_recent_resends", "Messages made by msgq resend within the window.", float64(v.RecentResends))
+	ch := v.Challenges
+	gauge("msgq_challenges_open", "Verification challenges still open (docs/challenges.md).", float64(ch.Open))
+	gauge("msgq_challenge_fallbacks_blocked", "Open challenges whose next step is held back by an earlier step that is sending or unknown.", float64(ch.Blocked))
+	counter("msgq_challenges_expired_total", "Challenges whose deadline passed with no step completed, since the store was created.", float64(ch.Expired))
+	counter("msgq_challenge_fallbacks_fired_total", "Later challenge steps released, since the store was created.", float64(ch.FallbacksFired))
+	counter("msgq_challenge_superseding_sends_total", "Challenges sent with --supersedes (a user asked for a new code), since the store was created.",
+		float64(ch.SupersedingSends))
+	gauge("msgq_challenge_unknown_past_deadline", "Challenge steps in unknown whose deadline has passed: out of msgq stuck, each a possible prompt nobody can check.",
+		float64(ch.UnknownPastDeadline))
+	gauge("msgq_recent_challenges_expired", "Challenges whose deadline passed within the window with no step completed.", float64(ch.RecentExpired))
+	gauge("msgq_recent_challenge_first_deliveries", "Challenges whose first delivered evidence (of any step) came within the window.",
+		float64(ch.RecentFirstDeliveries))
+	gauge("msgq_recent_challenge_first_delivery_p50_seconds", "Of msgq_recent_challenge_first_deliveries, the median time from the challenge's creation to that evidence.",
+		ch.FirstDeliveryP50.Seconds())
+	gauge("msgq_recent_challenge_first_delivery_p95_seconds", "Of msgq_recent_challenge_first_deliveries, the 95th percentile of the time from the challenge's creation to that evidence.",
+		ch.FirstDeliveryP95.Seconds())
+	byStep := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "msgq_challenges_completed_total",
+		Help: "Challenges completed, by the step that completed them, since the store was created."}, []string{"step"})
+	reg.MustRegister(byStep)
+	for k, n := range ch.CompletedByStep {
+		byStep.WithLabelValues(k).Add(float64(n))
+	}
 	gauge("msgq_no_progress_after_seconds", "How long a sent message may wait for a delivered or read status before msgq_recent_sent_without_progress counts it.",
 		v.NoProgressAfter.Seconds())
 
@@ -176,19 +237,27 @@ func registerVitals(reg *prometheus.Registry, s *store.Stats, un []unsendableQue
 }
 
 // vitalThresholds are health's thresholds on the vital signs: the config
-// key (also the flag, with dashes) and what it limits. All are counts.
-var vitalThresholds = []struct{ name, help string }{
-	{"max_key_conflicts", "key conflicts within --window"},
-	{"max_sending_long", "rows in sending claimed more than 1m ago (lease expired or not)"},
-	{"max_failed_permanent", "rows failed as permanent within --window"},
-	{"max_failed_expired", "rows failed as expired within --window"},
-	{"max_failed_exhausted", "rows failed as exhausted within --window"},
-	{"max_failed_canceled", "rows canceled within --window"},
-	{"max_failed_resolved", "rows resolved as failed within --window"},
-	{"max_resends", "resends made within --window"},
-	{"max_maybe_sent", "rows flagged maybe_sent with no delivered or read status"},
-	{"max_sent_without_progress", "sent rows of one identity (whose webhooks msgq receives) without a status after --no-progress-after, sent within --window"},
-	{"max_unsendable", "queued rows of identities that cannot send from here (not configured, or token not set)"},
+// key (also the flag, with dashes) and what it limits: a count, or an age
+// when isAge.
+var vitalThresholds = []struct {
+	name, help string
+	isAge      bool
+}{
+	{"max_key_conflicts", "key conflicts within --window", false},
+	{"max_sending_long", "rows in sending claimed more than 1m ago (lease expired or not)", false},
+	{"max_failed_permanent", "rows failed as permanent within --window", false},
+	{"max_failed_expired", "rows failed as expired within --window", false},
+	{"max_failed_exhausted", "rows failed as exhausted within --window", false},
+	{"max_failed_canceled", "rows canceled within --window", false},
+	{"max_failed_resolved", "rows resolved as failed within --window", false},
+	{"max_resends", "resends made within --window", false},
+	{"max_maybe_sent", "rows flagged maybe_sent with no delivered or read status", false},
+	{"max_sent_without_progress", "sent rows of one identity (whose webhooks msgq receives) without a status after --no-progress-after, sent within --window", false},
+	{"max_unsendable", "queued rows of identities that cannot send from here (not configured, or token not set)", false},
+	{"max_challenges_blocked", "open challenges whose fallback is blocked by a step in sending or unknown", false},
+	{"max_challenges_expired", "challenges expired (deadline passed, no step completed) within --window", false},
+	{"max_challenge_unknown_past_deadline", "challenge steps in unknown past their deadline", false},
+	{"max_challenge_first_delivery_p95", "the 95th percentile of challenge creation to first delivery, within --window", true},
 }
 
 // vitalCheck measures one of vitalThresholds against s; ok is false for a
@@ -238,6 +307,19 @@ func vitalCheck(name string, limit int64, s *store.Stats, un []unsendableQueue) 
 			parts = append(parts, fmt.Sprintf("%s %d (%s)", u.Identity, u.Queued, u.Why))
 		}
 		return n, fmt.Sprintf("%s queued for identities that cannot send from here: %s (max %d)", nRows(n), strings.Join(parts, ", "), limit), true
+	case "max_challenges_blocked":
+		n := int64(v.Challenges.Blocked)
+		return n, fmt.Sprintf("%d open challenge(s) with the fallback blocked by a step in sending or unknown (max %d)", n, limit), true
+	case "max_challenges_expired":
+		n := int64(v.Challenges.RecentExpired)
+		return n, fmt.Sprintf("%d challenge(s) expired in the last %s with no step completed (max %d)", n, win, limit), true
+	case "max_challenge_unknown_past_deadline":
+		n := int64(v.Challenges.UnknownPastDeadline)
+		return n, fmt.Sprintf("%d challenge step(s) in unknown past their deadline, each a prompt that may or may not have arrived (max %d)", n, limit), true
+	case "max_challenge_first_delivery_p95":
+		c := v.Challenges
+		return int64(c.FirstDeliveryP95), fmt.Sprintf("challenge creation to first delivery p95 is %s over %d challenge(s) in the last %s (max %s)",
+			human(c.FirstDeliveryP95), c.RecentFirstDeliveries, win, human(time.Duration(limit))), true
 	}
 	return 0, "", false
 }

@@ -47,6 +47,42 @@ func BenchmarkDrainSQLiteInProcessSim(b *testing.B) {
 	b.ReportMetric(float64(n*b.N)/total.Seconds(), "msgs/s")
 }
 
+// BenchmarkDrainSQLiteWithEventEndpoint is BenchmarkDrainSQLiteInProcessSim
+// with an events endpoint registered for the rows' tenant: every sent row
+// also writes its status event (docs/events.md) in the same transaction.
+//
+//	go test -run '^$' -bench DrainSQLite -benchtime 2x ./internal/drain
+func BenchmarkDrainSQLiteWithEventEndpoint(b *testing.B) {
+	const n = 20_000
+	var total time.Duration
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		s := setupB(b, n)
+		if err := s.EndpointAdd(context.Background(), &store.Endpoint{ID: "ep_bench", URL: "https://app.example/events",
+			Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}); err != nil {
+			b.Fatal(err)
+		}
+		sm := sim.New(sim.DefaultConfig())
+		cfg := config(s, sm.Provider())
+		cfg.Concurrency = 64
+		b.StartTimer()
+		start := time.Now()
+		sum, err := drain.Run(context.Background(), cfg)
+		total += time.Since(start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if sum.Sent != n {
+			b.Fatalf("sent %d of %d", sum.Sent, n)
+		}
+		b.StopTimer()
+		if bl, err := s.EventBacklog(context.Background()); err != nil || bl.Pending != n {
+			b.Fatalf("event backlog %+v, %v; want %d pending", bl, err, n)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/total.Seconds(), "msgs/s")
+}
+
 // BenchmarkDrainHTTPSim100ms measures drain throughput against the
 // simulator over HTTP (the generic http API) answering after 100 ms, with
 // 64 calls in flight: the store must not be the bottleneck (the ceiling is

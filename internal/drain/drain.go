@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/msgq/msgq/internal/provider"
+	"github.com/msgq/msgq/internal/quiet"
 	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/retry"
 	"github.com/msgq/msgq/internal/state"
@@ -33,6 +34,12 @@ type Identity struct {
 	// Headroom is the share of the pacing limits kept unused (see
 	// DefaultHeadroom); zero means DefaultHeadroom.
 	Headroom float64
+	// Quiet is the identity's quiet hours (the zero Policy: none, though
+	// a row's own override still applies).
+	Quiet quiet.Policy
+	// DailyRecipients is its daily unique-recipient limit (0: none),
+	// kept by the store in the claim (store.ClaimParams.DailyRecipients).
+	DailyRecipients int
 }
 
 // Config is one drain run.
@@ -82,6 +89,12 @@ type Config struct {
 	// a row that would send it goes back untouched, held (last_error
 	// store.TemplateHeldError) until the template is approved again.
 	TemplateHeld func(ctx context.Context, identity, template, lang string) (holdLang string, held bool)
+	// OptedOut, when set, says the recipient opted out of the identity
+	// (store.OptOuts): the row fails as opted_out before any call, a
+	// policy refusal that keeps no claim on its key (a later enqueue of
+	// the key may revive it: internal/state's revive). nil means no
+	// opt-out data.
+	OptedOut func(ctx context.Context, identity, recipient string) (bool, error)
 
 	// Now is the store's clock as this process knows it (its host's
 	// clock corrected by the measured offset; time.Now when nil): pacing
@@ -191,6 +204,7 @@ type drainer struct {
 	cfg    Config
 	names  []string
 	pacing map[string]store.Pacing
+	daily  map[string]int
 	// outcomes feeds the recorder, which writes them in batches: one
 	// durable commit for many calls.
 	outcomes chan *outcome
@@ -264,7 +278,7 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 	if err := cfg.defaults(); err != nil {
 		return Summary{}, err
 	}
-	d := &drainer{cfg: cfg, pacing: map[string]store.Pacing{}}
+	d := &drainer{cfg: cfg, pacing: map[string]store.Pacing{}, daily: map[string]int{}}
 	only := map[string]bool{}
 	for _, n := range cfg.Only {
 		only[n] = true
@@ -277,6 +291,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 				h = DefaultHeadroom
 			}
 			d.pacing[name] = WithHeadroom(id.Pacing, h)
+			if id.DailyRecipients > 0 {
+				d.daily[name] = id.DailyRecipients
+			}
 		}
 	}
 	if len(d.names) == 0 {
@@ -345,8 +362,15 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		// The lease is counted from before the claim is asked for: the
 		// store sets it no earlier, so it lasts at least this long.
 		asked := LeaseStart{Mono: cfg.Mono(), Wall: cfg.Wall()}
-		cs, err := cfg.Store.MessageClaim(ctx, &store.ClaimParams{Owner: cfg.Owner, LeaseFor: cfg.Lease, Limit: want,
-			Lane: cfg.Lane, Identities: d.names, Pacing: d.pacing})
+		// Challenges first (docs/challenges.md): a fallback step whose
+		// time has come is released, or a step canceled, before the claim
+		// that would take it.
+		var cs []store.Claimed
+		_, err := cfg.Store.ChallengeTick(ctx, &store.TickParams{Source: store.SourceDrain})
+		if err == nil {
+			cs, err = cfg.Store.MessageClaim(ctx, &store.ClaimParams{Owner: cfg.Owner, LeaseFor: cfg.Lease, Limit: want,
+				Lane: cfg.Lane, Identities: d.names, Pacing: d.pacing, DailyRecipients: d.daily})
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -527,6 +551,31 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed, start LeaseStart) 
 	if c.Payload != nil {
 		msg.Payload = *c.Payload
 	}
+	// The last guard for quiet hours, after the slot wait: a row the
+	// enqueue or its retry could not schedule past the window (the
+	// window or the identity's settings changed since, or the wait ran
+	// into the window) waits for its end, no call made.
+	if h, ok := id.Quiet.At(cfg.Now(), quietRow(c)); ok {
+		d.record(c, log, provider.Result{Class: retry.Transient, RawError: QuietHeldError + ": " + h.String()},
+			retry.Decision{Action: retry.Requeue, At: h.Until}, time.Time{}, time.Time{}, "held before any call: "+h.String())
+		return
+	}
+	if cfg.OptedOut != nil {
+		out, err := cfg.OptedOut(ctx, c.Identity, c.To)
+		switch {
+		case err != nil:
+			// Not knowing is no licence to send: the row goes back, no
+			// call made (a definite retry).
+			d.record(c, log, provider.Result{Class: retry.Transient, RawError: "opt-out check: " + err.Error()},
+				retry.Decision{Action: retry.Requeue, At: cfg.Now().Add(time.Second)}, time.Time{}, time.Time{}, "opt-out check failed")
+			return
+		case out:
+			d.record(c, log, provider.Result{Class: retry.Permanent, RawError: OptedOutError},
+				retry.Decision{Action: retry.MarkFailed, Reason: state.OptedOut}, time.Time{}, time.Time{},
+				"refused before any call: the recipient opted out of "+c.Identity)
+			return
+		}
+	}
 	note := ""
 	if msg.Payload.Text != "" && msg.Payload.FallbackTemplate != "" && strings.HasPrefix(c.LastError, store.FallbackNext) {
 		// The provider refused this text on the last call (window
@@ -597,8 +646,51 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed, start LeaseStart) 
 		dec = retry.Decision{Action: retry.Requeue, At: cfg.Now()}
 		note = strings.TrimPrefix(note+"; window closed: the fallback template "+msg.Payload.FallbackTemplate+" goes next", "; ")
 	}
+	if res.OptedOut && res.Class != retry.Accepted {
+		d.optedOut(c, log, res, finished)
+		if dec.Action == retry.MarkFailed {
+			// A policy refusal: the provider sent nothing. A row an earlier
+			// call of which may have reached the phone is still abandoned
+			// (record), never made revivable.
+			dec.Reason = state.OptedOut
+		}
+	}
 	d.record(c, log, res, dec, started, finished, note)
 }
+
+// optedOut records the opt-out a provider's answer reported (Twilio's
+// 21610), so that the next rows to the recipient are refused before any
+// call. Its time is the answer's. A failure to record is logged: the row's
+// own outcome is recorded all the same, and the provider keeps refusing.
+func (d *drainer) optedOut(c *store.Claimed, log *slog.Logger, res provider.Result, at time.Time) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	src := "send answer, code " + orNone(res.Code)
+	changed, err := d.cfg.Store.SetOptOut(ctx, store.OptOutParams{Identity: c.Identity, Recipient: c.To, OptedOut: true, Source: src, At: at})
+	switch {
+	case err != nil:
+		log.Error("record the opt-out the provider reported", "err", err)
+	case changed:
+		log.Warn("the provider says the recipient opted out: recorded", "source", src)
+	}
+}
+
+// QuietHeldError begins the last error of a row the drain gave back
+// because its recipient's quiet hours had begun.
+const QuietHeldError = "held for quiet hours"
+
+// quietRow is what the quiet-hours policy reads of a row.
+func quietRow(c *store.Claimed) quiet.Row {
+	r := quiet.Row{To: c.To, Channel: c.Channel, Lane: c.Lane, Purpose: c.Purpose}
+	if c.Payload != nil {
+		r.Override = c.Payload.QuietHours
+	}
+	return r
+}
+
+// OptedOutError is the last error of a row refused because its recipient
+// opted out.
+const OptedOutError = "the recipient opted out of this identity (STOP); sends resume after they opt in again (START)"
 
 // giveBack returns a claimed row to the queue without a call: the lease
 // check failed. The attempt the claim counted is given back (NoCall), the
@@ -668,6 +760,20 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 			log.Error("slow down after a rate limit", "err", err)
 		}
 	}
+	// A retry due inside the recipient's quiet hours waits for their end
+	// (checked after the rate-limit deferral above, which is the
+	// identity's, not this recipient's).
+	var quietUntil time.Time
+	if dec.Action == retry.Requeue && !dec.At.IsZero() {
+		if id := cfg.Identities[c.Identity]; id != nil {
+			if h, ok := id.Quiet.At(dec.At, quietRow(c)); ok {
+				dec.At, quietUntil = h.Until, h.Until
+				note = strings.TrimPrefix(note+"; the retry falls in "+h.String(), "; ")
+			} else if strings.HasPrefix(res.RawError, QuietHeldError) {
+				quietUntil = dec.At
+			}
+		}
+	}
 	if dec.Action == retry.PauseIdentity {
 		reason := fmt.Sprintf("%s (HTTP %d, code %s)", res.Class, res.HTTPStatus, orNone(res.Code))
 		if err := cfg.Store.IdentityPause(ctx, c.Identity, reason); err != nil {
@@ -700,7 +806,13 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 	p := &store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: cfg.Owner, LeaseUntil: leaseUntil(c), KeepIfStale: true,
 		Event: ev, MaybeSent: maybeSent,
 		NoCall: started.IsZero(), Source: store.SourceDrain, Detail: det, ProviderID: res.ProviderID}
-	if !dec.At.IsZero() {
+	switch {
+	case !quietUntil.IsZero():
+		// The end of a quiet window is an instant, the same on every
+		// clock: scheduled as a time, not as a delay, so that the row is
+		// never due a moment before the window ends.
+		p.NextAttemptAt = quietUntil
+	case !dec.At.IsZero():
 		p.NextAttemptIn = max(0, dec.At.Sub(cfg.Now()))
 	}
 	if res.Class != retry.Accepted {

@@ -252,7 +252,18 @@ func TestStoppingFinishesInFlightCallsAndClaimsNoMore(t *testing.T) {
 	dc := config(s, sm.Provider())
 	dc.Follow, dc.Concurrency = true, 4
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
+	// Stop while calls are in flight (each takes 200 ms): once a row is
+	// sending, not after a fixed delay a loaded machine may outrun.
+	go func() {
+		for ctx.Err() == nil {
+			ms, err := s.MessageList(context.Background(), &store.ListParams{State: state.Sending, Limit: 1})
+			if err == nil && len(ms) > 0 {
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
 	sum, err := drain.Run(ctx, dc)
 	if err != nil {
 		t.Fatal(err)
@@ -433,7 +444,18 @@ func TestStoppingIsBoundedByGraceEvenWhenOutcomesCannotBeWritten(t *testing.T) {
 	cfg := config(failingStore{s}, sim.New(sim.DefaultConfig()).Provider())
 	cfg.Follow, cfg.Grace = true, 300*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(200*time.Millisecond, cancel)
+	// Stop once all 8 are claimed (a rule, not a schedule: a loaded CI
+	// machine may take longer than any fixed delay to claim them).
+	go func() {
+		for ctx.Err() == nil {
+			ms, err := s.MessageList(context.Background(), &store.ListParams{State: state.Sending, Limit: 100})
+			if err == nil && len(ms) == 8 {
+				cancel()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
 	start := time.Now()
 	sum, err := drain.Run(ctx, cfg)
 	if took := time.Since(start); took > 5*time.Second {

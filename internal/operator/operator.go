@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -143,14 +144,24 @@ type ResendConfig struct {
 	// (nil: it can); its error is returned as is. A copy through an
 	// identity no longer configured would stay queued, claimed by no drain.
 	CheckIdentity func(name string) error
+	// Text and Params, when set, replace the original's text or template
+	// parameters (a verification step resent with a new code: the old one
+	// is worthless); ExpiresIn gives the new send a deadline of its own,
+	// counted on the store's clock (the original's has usually passed).
+	Text      string
+	Params    []string
+	ExpiresIn time.Duration
 }
 
 // ResendResult is the new row, and whether it was a replay of this very
-// resend made earlier (nothing written).
+// resend made earlier (nothing written), or that resend queued again
+// after it was refused for a policy reason before any call (Revived:
+// store.EnqueueResult's).
 type ResendResult struct {
 	Original *store.Message
 	Message  *store.Message
 	Replayed bool
+	Revived  bool
 }
 
 // Resend enqueues a new logical send copied from the original, linked to
@@ -201,9 +212,23 @@ func Resend(ctx context.Context, cfg ResendConfig) (ResendResult, error) {
 			return ResendResult{}, err
 		}
 	}
+	payload := *orig.Payload
+	switch {
+	case cfg.Text != "" && payload.Text == "":
+		return ResendResult{}, &store.InvalidError{Field: "text", Msg: fmt.Sprintf("%s sends template %s, not a text: give --param to change its parameters", rowLabel(orig), payload.Template)}
+	case cfg.Params != nil && payload.Text != "":
+		return ResendResult{}, &store.InvalidError{Field: "params", Msg: fmt.Sprintf("%s sends a text, not a template: give --text to change it", rowLabel(orig))}
+	case cfg.ExpiresIn < 0:
+		return ResendResult{}, &store.InvalidError{Field: "expires_in", Msg: "puts the expiry in the past"}
+	case cfg.Text != "":
+		payload.Text = cfg.Text
+	case cfg.Params != nil:
+		payload.Params = slices.Clone(cfg.Params)
+	}
 	p := &store.EnqueueParams{
 		Tenant: orig.Tenant, Key: cfg.Key, To: orig.To, Channel: orig.Channel, Identity: orig.Identity,
-		Purpose: orig.Purpose, TriggerRef: orig.TriggerRef, Lane: orig.Lane, Payload: *orig.Payload, ResendOf: orig.ID,
+		Purpose: orig.Purpose, TriggerRef: orig.TriggerRef, Lane: orig.Lane, Payload: payload, ResendOf: orig.ID,
+		ExpiresIn: cfg.ExpiresIn,
 	}
 	res, err := st.MessageEnqueue(ctx, p)
 	if err != nil {
@@ -214,7 +239,7 @@ func Resend(ctx context.Context, cfg ResendConfig) (ResendResult, error) {
 		// Taken meanwhile by a message with the same content.
 		return ResendResult{}, &ConflictError{cfg.Key, m.ID, rowLabel(orig)}
 	}
-	return ResendResult{Original: orig, Message: m, Replayed: res.Replayed}, nil
+	return ResendResult{Original: orig, Message: m, Replayed: res.Replayed, Revived: res.Revived}, nil
 }
 
 // resendAllowed says whether orig may be sent again, given the flags: the

@@ -221,3 +221,49 @@ func TestResendFollowsTheTableAndReplays(t *testing.T) {
 	e.refused(errOf(operator.Resend(ctx, operator.ResendConfig{Store: e.st, Ref: live.ID, Key: "live-r2", AcceptRisk: true, Force: true})),
 		state.ErrRefused, live, e.historyLen(live.ID), "a drain may be sending it right now")
 }
+
+// TestAResendCanCarryNewContentAndADeadlineOfItsOwn: a verification code
+// resent as a new code: --param replaces a template's parameters (--text a
+// text's words), --expires-in gives the copy its own deadline on the
+// store's clock. The same resend again replays; other content under the
+// same new key conflicts; changing what the original does not have is bad
+// input, and nothing is written.
+func TestAResendCanCarryNewContentAndADeadlineOfItsOwn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	orig := e.unknown("otp-1")
+	cfg := operator.ResendConfig{Store: e.st, Ref: orig.ID, Key: "otp-1-g2", AcceptRisk: true,
+		Params: []string{"Ada", "654321"}, ExpiresIn: 10 * time.Minute}
+	res, err := operator.Resend(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := res.Message
+	if m.Payload == nil || m.Payload.Template != "order_update" || len(m.Payload.Params) != 2 || m.Payload.Params[1] != "654321" {
+		t.Errorf("the resend's payload %+v, want the template with the new parameters", m.Payload)
+	}
+	// On the store's clock (this store's is fixed): 10 minutes after the
+	// resend was written.
+	if m.ExpiresAt == nil || m.ExpiresAt.Sub(m.CreatedAt) != 10*time.Minute {
+		t.Errorf("the resend expires at %v, created at %v: want 10 minutes later", m.ExpiresAt, m.CreatedAt)
+	}
+	if o := e.get(orig.ID); o.Payload.Params[1] != "1001" {
+		t.Errorf("the original changed: %+v", o.Payload)
+	}
+	if again, err := operator.Resend(ctx, cfg); err != nil || !again.Replayed || again.Message.ID != m.ID {
+		t.Errorf("the same resend again: %+v %v, want a replay", again, err)
+	}
+	other := cfg
+	other.Params = []string{"Ada", "111111"}
+	if _, err := operator.Resend(ctx, other); !errors.Is(err, store.ErrConflict) {
+		t.Errorf("other content under the same new key: %v, want a conflict", err)
+	}
+	bad := operator.ResendConfig{Store: e.st, Ref: orig.ID, Key: "otp-1-g3", AcceptRisk: true, Force: true, Text: "Your code is 7"}
+	var ie *store.InvalidError
+	if _, err := operator.Resend(ctx, bad); !errors.As(err, &ie) || ie.Field != "text" {
+		t.Errorf("--text on a template row: %v, want an invalid text", err)
+	}
+	if _, err := e.st.MessageGet(ctx, "", "otp-1-g3"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the refused resend wrote a row: %v", err)
+	}
+}

@@ -47,6 +47,10 @@ type Result struct {
 	// window_closed): nothing was sent, and a row with a fallback
 	// template switches to it.
 	WindowClosed bool
+	// OptedOut says the provider refused because the recipient opted out
+	// of the sender (Twilio 21610, Kind.OptedOutOn): nothing was sent; the
+	// drain fails the row as opted_out and records the opt-out.
+	OptedOut bool
 }
 
 // Provider sends messages for one sending identity.

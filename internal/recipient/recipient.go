@@ -9,6 +9,9 @@ import (
 	"fmt"
 	"net/mail"
 	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/net/idna"
 
 	"github.com/msgq/msgq/internal/phone"
 )
@@ -38,9 +41,10 @@ func Known(channel string) bool { return IsPhone(channel) || channel == Email }
 
 // Normalize returns raw in the channel's one stored form: E.164 for a
 // phone channel (a local number is read as one of region), the bare
-// addr-spec with its domain in lower case for email ("Ada
-// <Ada@Example.COM>" is "Ada@example.com": the local part is the mail
-// server's to interpret, the domain is not case-sensitive).
+// addr-spec with its domain in lower case and as an IDNA A-label for
+// email ("Ada <Ada@Example.COM>" is "Ada@example.com", "ada@Bücher.example"
+// is "ada@xn--bcher-kva.example": the local part is the mail server's to
+// interpret, the domain is not case-sensitive).
 func Normalize(channel, raw, region string) (string, error) {
 	switch {
 	case IsPhone(channel):
@@ -72,7 +76,16 @@ func normalizeEmail(raw string) (string, error) {
 		// never what a sender of customer mail means.
 		return "", &Error{Email, raw, "the domain must be a fully qualified name like example.com"}
 	}
-	return local + "@" + strings.ToLower(domain), nil
+	// An internationalised domain is stored as its A-label
+	// (bücher.example is xn--bcher-kva.example): one spelling per domain,
+	// so a duplicate check and a suppression list see one address, and
+	// any mail server can route it without SMTPUTF8. The lookup profile
+	// also maps case, so the domain comes back in lower case.
+	ascii, err := idna.Lookup.ToASCII(domain)
+	if err != nil {
+		return "", &Error{Email, raw, "the domain is not a valid host name: " + strings.TrimPrefix(err.Error(), "idna: ")}
+	}
+	return local + "@" + strings.ToLower(ascii), nil
 }
 
 // Valid checks an address already in its stored form: what Normalize
@@ -118,7 +131,10 @@ func Mask(channel, addr string) string {
 		if !ok || local == "" {
 			return strings.Repeat("*", len(addr))
 		}
-		return local[:1] + "***@" + domain
+		// The first character, not byte: a UTF-8 local part (RFC 6531)
+		// must not be cut mid-rune into invalid text in a log line.
+		_, n := utf8.DecodeRuneInString(local)
+		return local[:n] + "***@" + domain
 	}
 	return phone.Mask(addr)
 }

@@ -18,6 +18,8 @@ func TestNormalizePerChannel(t *testing.T) {
 		{Email, "ada@example.com", "", "ada@example.com"},
 		{Email, "Ada Lovelace <Ada@Example.COM>", "", "Ada@example.com"},
 		{Email, "  ada+orders@mail.example.co.uk ", "", "ada+orders@mail.example.co.uk"},
+		{Email, "ada@Bücher.Example", "", "ada@xn--bcher-kva.example"},
+		{Email, "ada@xn--bcher-kva.example", "", "ada@xn--bcher-kva.example"},
 	} {
 		got, err := Normalize(tc.channel, tc.raw, tc.region)
 		if err != nil || got != tc.want {
@@ -41,6 +43,7 @@ func TestBadAddressesAreRefusedWithTheirChannelsError(t *testing.T) {
 	for _, tc := range []struct{ channel, raw string }{
 		{Email, ""}, {Email, "ada"}, {Email, "ada@"}, {Email, "@example.com"}, {Email, "ada@localhost"},
 		{Email, "ada@[192.0.2.1]"}, {Email, "ada@example.com\r\nBcc: eve@example.com"}, {Email, "a, b@example.com"},
+		{Email, "ada@exa_mple.com"}, {Email, "ada@-example.com"},
 		{WhatsApp, "ada@example.com"}, {SMS, "12"}, {"fax", "+15551234567"},
 	} {
 		_, err := Normalize(tc.channel, tc.raw, "")
@@ -70,6 +73,7 @@ func TestMaskHidesMostOfAnAddress(t *testing.T) {
 	for _, tc := range []struct{ channel, addr, want string }{
 		{WhatsApp, "+15551234567", "+1555*****67"},
 		{Email, "ada@example.com", "a***@example.com"},
+		{Email, "élodie@example.com", "é***@example.com"},
 		{Email, "x", "*"},
 	} {
 		if got := Mask(tc.channel, tc.addr); got != tc.want {

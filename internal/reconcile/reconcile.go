@@ -108,10 +108,9 @@ type Result struct {
 }
 
 // Lookuper is a provider that can report a message's status by the
-// provider's id (the http API's GET /v1/messages/{id}).
-type Lookuper interface {
-	Lookup(ctx context.Context, providerID string) (status string, res provider.Result)
-}
+// provider's id (the http API's GET /v1/messages/{id}): a kind's optional
+// look-up, declared with the kinds (provider.Lookuper).
+type Lookuper = provider.Lookuper
 
 // batchSize bounds one transaction of reconcile's writes.
 const batchSize = 256
@@ -163,6 +162,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	stuck := func(p store.StuckParams) ([]store.StuckMessage, error) {
 		p.Tenant, p.Identity, p.Now, p.Limit = cfg.Tenant, cfg.Identity, now, cfg.Limit
+		p.PastDeadline = true // an unknown challenge step past its deadline is still looked up
 		ms, err := st.MessageStuck(ctx, &p)
 		if err == nil && len(ms) == cfg.Limit {
 			fmt.Fprintf(notes, "reconcile: took the oldest %d %s rows (--limit); run again for the rest\n", cfg.Limit, p.State)
@@ -186,20 +186,31 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	provs := map[string]provider.Provider{}
 	var skipped []Skipped
 	seen := map[string]bool{}
-	for _, m := range unknown {
+	needs := append([]store.StuckMessage{}, unknown...)
+	for _, m := range expired {
+		if id, ok := cfg.Identities[m.Identity]; ok && !id.Kind().Idempotent() {
+			needs = append(needs, m) // it becomes unknown below, and is looked for
+		}
+	}
+	for _, m := range needs {
 		id, ok := cfg.Identities[m.Identity]
-		if m.ProviderID == "" || !ok || seen[m.Identity] {
+		if !ok || seen[m.Identity] {
+			continue
+		}
+		k := id.Kind()
+		if !asks(k, m) {
+			// Nothing to ask about this row (WhatsApp has no look-up; a
+			// row without a provider id and a provider that cannot find
+			// one): no token needed, and the row's note says so.
+			if _, ok := provs[m.Identity]; !ok {
+				provs[m.Identity] = k
+			}
 			continue
 		}
 		seen[m.Identity] = true
-		if _, canLook := id.Kind().(Lookuper); !canLook {
-			// Nothing to ask (WhatsApp has no look-up): no token needed,
-			// and lookUp says so in the row's note.
-			provs[m.Identity] = id.Kind()
-			continue
-		}
 		if miss := id.Missing(); len(miss) > 0 {
 			skipped = append(skipped, Skipped{Name: m.Identity, Missing: miss})
+			delete(provs, m.Identity)
 			continue
 		}
 		p, err := id.Provider()
@@ -254,9 +265,18 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	for _, c := range cands {
 		var status state.State
 		var why, note string
-		if lacking[c.row.Identity] {
+		var pid string
+		f, finds := provs[c.row.Identity].(Finder)
+		switch {
+		case lacking[c.row.Identity]:
 			note = fmt.Sprintf("identity %s's token is not set here: not looked up", c.row.Identity)
-		} else {
+		case c.row.ProviderID == "" && finds:
+			around, err := callTime(ctx, st, c.row)
+			if err != nil {
+				return res, err
+			}
+			status, pid, why, note = findOne(ctx, c.row, f, around, cfg.CallTimeout)
+		default:
 			status, why, note = lookUp(ctx, c.row, provs, cfg.CallTimeout)
 		}
 		if status == state.None {
@@ -270,7 +290,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 			return Result{}, err
 		}
 		evidence = append(evidence, planned{
-			params: store.TransitionParams{ID: c.row.ID, From: state.Unknown, Event: ev, Source: store.SourceReconcile, Detail: why},
+			params: store.TransitionParams{ID: c.row.ID, From: state.Unknown, Event: ev, Source: store.SourceReconcile, Detail: why,
+				ProviderID: pid},
 			change: Change{ID: c.row.ID, Key: c.row.Key, Identity: c.row.Identity, From: state.Unknown, To: r.To,
 				Reason: r.Reason, Event: ev.String(), Why: why},
 			row: c.row,
@@ -285,6 +306,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	for _, c := range left {
 		res.Unresolved = append(res.Unresolved, Left{ID: c.row.ID, Key: c.row.Key, Identity: c.row.Identity,
 			Age: max(0, now.Sub(c.row.UpdatedAt)), Attempts: c.row.Attempts, LastCode: c.row.LastCode, Note: c.note})
+	}
+	// Challenges last (docs/challenges.md): what was settled above may
+	// complete one, or unblock or cancel its next step.
+	if ferr == nil && !cfg.DryRun {
+		if _, err := st.ChallengeTick(ctx, &store.TickParams{Source: store.SourceReconcile}); err != nil {
+			return res, err
+		}
 	}
 	return res, ferr
 }
@@ -385,7 +413,7 @@ func lookUp(ctx context.Context, m store.StuckMessage, provs map[string]provider
 	if res.Class != retry.Accepted {
 		return state.None, "", "look-up failed: " + lookupFailure(res)
 	}
-	status = lookupStatus(raw)
+	status = statusOf(p, raw)
 	if status == state.None {
 		return state.None, "", fmt.Sprintf("the provider reports %q, which settles nothing", raw)
 	}
@@ -394,6 +422,80 @@ func lookUp(ctx context.Context, m store.StuckMessage, provs map[string]provider
 		why += ", code " + res.Code
 	}
 	return status, why, ""
+}
+
+// asks says whether reconcile has something to ask k about m: a look-up
+// by its provider id, or a search for a row without one.
+func asks(k provider.Provider, m store.StuckMessage) bool {
+	if m.ProviderID != "" {
+		_, ok := k.(Lookuper)
+		return ok
+	}
+	_, ok := k.(Finder)
+	return ok
+}
+
+// callTime is when m's call may have gone out, for a search: its last
+// attempt's start, or for a row whose drain vanished mid-call (no
+// attempt recorded) the time it was claimed.
+func callTime(ctx context.Context, st store.Store, m store.StuckMessage) (time.Time, error) {
+	as, err := st.MessageAttempts(ctx, m.ID)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(as) > 0 {
+		return as[len(as)-1].StartedAt, nil
+	}
+	return m.UpdatedAt, nil
+}
+
+// findOne searches the provider for the message m became when its send's
+// answer (and so the provider's id) was lost. Only a unique match settles
+// the row: it returns the evidence with the found id, for the row to
+// keep. Zero matches, several, or a failed search leave it with a note.
+func findOne(ctx context.Context, m store.StuckMessage, f Finder, around time.Time, timeout time.Duration) (status state.State, pid, why, note string) {
+	if m.Payload == nil {
+		return state.None, "", "", "no provider id, and no content to search for"
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	msg := &provider.Message{ID: m.ID, To: m.To, Channel: m.Channel, Payload: *m.Payload}
+	id, raw, n, res := f.Find(cctx, msg, around)
+	switch {
+	case res.Class != retry.Accepted:
+		return state.None, "", "", "no provider id, and the search failed: " + lookupFailure(res)
+	case n == 0:
+		return state.None, "", "", fmt.Sprintf("no provider id, and the provider lists no message that matches it (near %s): not settled", stamp(around))
+	case n > 1 || id == "":
+		return state.None, "", "", fmt.Sprintf("no provider id, and the provider lists %d messages that match it (near %s): which is this one cannot be told", n, stamp(around))
+	}
+	status = statusOf(f, raw)
+	if status == state.None {
+		return state.None, "", "", fmt.Sprintf("no provider id; the one message that matches it, %s, reports %q, which settles nothing", id, raw)
+	}
+	why = fmt.Sprintf("provider search (no provider id): one message matches it, %s, status %q", id, raw)
+	if res.Code != "" {
+		why += ", code " + res.Code
+	}
+	return status, id, why, ""
+}
+
+// Finder is a provider that can find a message without its id (Twilio's
+// list of messages to a recipient): a kind's optional search, declared
+// with the kinds (provider.Finder).
+type Finder = provider.Finder
+
+// statusOf is the evidence a provider's reported status is: in its own
+// words when it says what they mean (provider.StatusMapper), else in the
+// http API's (lookupStatus).
+func statusOf(p any, raw string) state.State {
+	if sm, ok := p.(provider.StatusMapper); ok {
+		if st, ok := sm.StatusState(raw); ok {
+			return st
+		}
+		return state.None
+	}
+	return lookupStatus(raw)
 }
 
 // lookupStatus maps a provider's reported status to evidence: the http

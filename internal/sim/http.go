@@ -21,6 +21,7 @@ const maxBody = 1 << 20
 //	POST   /v1/messages                            the generic HTTP messaging API
 //	GET    /v1/messages/{id}                       look-up: {"id","status":"accepted"} or 404
 //	POST   /{version}/{phone-number-id}/messages   the WhatsApp Cloud API send
+//	       /2010-04-01/Accounts/{sid}/Messages...  the Twilio Messages API (twilio.go)
 //	GET    /deliveries                             the delivery log, a JSON array of Delivery
 //	DELETE /deliveries                             empties the delivery log (ResetDeliveries)
 //	GET    /calls                                  the call log, a JSON array of Call
@@ -36,6 +37,7 @@ func (s *Sim) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/messages/{id}", s.httpGet)
 	mux.HandleFunc("POST /{version}/{phone}/messages", s.waSend)
 	mux.HandleFunc("GET /deliveries", s.getDeliveries)
+	s.mountTwilio(mux) // twilio.go
 	mux.HandleFunc("GET /calls", func(w http.ResponseWriter, _ *http.Request) {
 		cs := s.Calls()
 		if cs == nil {

@@ -53,6 +53,8 @@ const (
 	APIHTTP      = "http"     // the generic HTTP messaging API
 	APIWhatsApp  = "whatsapp" // the WhatsApp Cloud API
 	APIInProcess = "sim"      // (*Sim).Provider(): the HTTP API's semantics without HTTP
+	APITwilio    = "twilio"   // the Twilio Messages API (twilio.go)
+	APISMTP      = "smtp"     // the SMTP server (smtp.go)
 )
 
 // DefaultSlowDelay is the slow fault's delay when Config.SlowDelay is 0.
@@ -107,6 +109,14 @@ type Config struct {
 	// WebhookBackoff is the delay before a failed webhook's first retry,
 	// doubled for each next one; 0 means DefaultWebhookBackoff.
 	WebhookBackoff time.Duration
+	// TwilioAuthToken signs the Twilio API's status callbacks (to each
+	// message's StatusCallback URL) and injected inbound messages
+	// (X-Twilio-Signature), as the account's auth token signs them at
+	// Twilio. Empty: the Twilio API sends no callbacks and cannot inject.
+	TwilioAuthToken string
+	// TwilioInboundURL receives the inbound messages POST
+	// /sim/twilio/inbound injects (msgq webhook serve's Twilio endpoint).
+	TwilioInboundURL string
 	// Log receives the webhooks' warnings (a webhook given up, a full
 	// queue); nil discards them. Secrets are never logged.
 	Log *slog.Logger
@@ -157,6 +167,14 @@ func (c Config) Validate() error {
 			errs = append(errs, errors.New("webhook-url needs a webhook secret (http API) or an app secret (WhatsApp): nothing could be signed"))
 		}
 	}
+	if c.TwilioInboundURL != "" {
+		if u, err := url.Parse(c.TwilioInboundURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Fragment != "" {
+			errs = append(errs, errors.New("twilio-inbound-url must be an http:// or https:// URL with a host"))
+		}
+		if c.TwilioAuthToken == "" {
+			errs = append(errs, errors.New("twilio-inbound-url needs a twilio auth token: the inbound messages could not be signed"))
+		}
+	}
 	if c.StatusDelay < 0 {
 		errs = append(errs, fmt.Errorf("status-delay must not be negative (got %v)", c.StatusDelay))
 	}
@@ -176,8 +194,14 @@ type Delivery struct {
 	Ref string    `json:"ref"` // the http API's "ref", WhatsApp's biz_opaque_callback_data, or Message.ID
 	To  string    `json:"to"`
 	At  time.Time `json:"at"`  // marshals as RFC 3339 with nanoseconds, UTC
-	ID  string    `json:"id"`  // the provider message id: msg_<n> or wamid.<n>
-	API string    `json:"api"` // APIHTTP, APIWhatsApp or APIInProcess
+	ID  string    `json:"id"`  // the provider message id: msg_<n>, wamid.<n>, SM<32 hex>, or an email's Message-ID
+	API string    `json:"api"` // APIHTTP, APIWhatsApp, APIInProcess, APITwilio or APISMTP
+	// Channel is the channel the message went out on where the API
+	// implies one ("sms" for Twilio, "email" for a mail the SMTP server
+	// accepted); empty for the messaging APIs, whose requests name their own.
+	Channel string `json:"channel,omitempty"`
+	// Subject is an email's decoded Subject header.
+	Subject string `json:"subject,omitempty"`
 }
 
 // Call is one provider call the simulator decided (it passed
@@ -266,8 +290,9 @@ type Sim struct {
 	deliveries []Delivery
 	calls      []Call
 	trace      uint64 // fbtrace_id counter
+	tw         twilioState
 
-	wh *webhooks // nil without WebhookURL
+	wh *webhooks // nil without WebhookURL or TwilioAuthToken
 }
 
 // New returns a simulator. It panics if cfg does not Validate: a bad
@@ -304,7 +329,7 @@ func newSim(cfg Config, workers, queue int) *Sim {
 		s.cum[i] = sum
 	}
 	s.draw = sum > 0
-	if cfg.WebhookURL != "" {
+	if cfg.WebhookURL != "" || cfg.TwilioAuthToken != "" {
 		s.wh = newWebhooks(&s.cfg, s.now, workers, queue)
 	}
 	return s
@@ -332,7 +357,7 @@ func (s *Sim) WebhookStats() WebhookStats {
 // report schedules the status webhooks of a message the http or WhatsApp
 // API accepted: a new delivery, whether or not its answer is then lost.
 func (s *Sim) report(d decision, api string, r *request, phone string) {
-	if s.wh == nil || d.fault.refused() || d.outcome != accepted {
+	if s.wh == nil || s.cfg.WebhookURL == "" || d.fault.refused() || d.outcome != accepted {
 		return
 	}
 	s.wh.report(acceptedMsg{api: api, id: d.id, ref: r.ref, to: r.to, phone: phone})
@@ -410,7 +435,8 @@ func (s *Sim) decide(api string, r *request) decision {
 // decideLocked is decide's decision. s.mu must be held.
 func (s *Sim) decideLocked(api string, r *request) decision {
 	d := decision{fault: s.pick()}
-	idem := api != APIWhatsApp && s.cfg.Idempotent && r.key != ""
+	// Only the http API and the in-process provider have keys.
+	idem := (api == APIHTTP || api == APIInProcess) && s.cfg.Idempotent && r.key != ""
 	if d.fault.refused() {
 		// A provider that honours keys looks the key up before its
 		// business rules: a repeat of an accepted call is never refused
@@ -433,9 +459,14 @@ func (s *Sim) decideLocked(api string, r *request) decision {
 		}
 	}
 	s.n++
-	if api == APIWhatsApp {
+	channel := ""
+	switch api {
+	case APIWhatsApp:
 		d.id = "wamid." + strconv.FormatUint(s.n, 10)
-	} else {
+	case APITwilio:
+		d.id = fmt.Sprintf("SM%032x", s.n)
+		channel = "sms"
+	default:
 		d.id = "msg_" + strconv.FormatUint(s.n, 10)
 		s.ids[d.id] = struct{}{}
 	}
@@ -445,7 +476,7 @@ func (s *Sim) decideLocked(api string, r *request) decision {
 		e.req.params = slices.Clone(r.params) // the caller's slice may change
 		s.keys[r.key] = e
 	}
-	s.deliveries = append(s.deliveries, Delivery{Key: r.key, Ref: r.ref, To: r.to, At: s.now().UTC(), ID: d.id, API: api})
+	s.deliveries = append(s.deliveries, Delivery{Key: r.key, Ref: r.ref, To: r.to, At: s.now().UTC(), ID: d.id, API: api, Channel: channel})
 	return d
 }
 

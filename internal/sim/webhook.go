@@ -92,6 +92,12 @@ type whEvent struct {
 	body    []byte
 	desc    string // "msg_3 delivered", for log lines
 	attempt int    // attempts made
+	// Twilio's callbacks (twilio.go) go to a full URL of their own, as a
+	// form, with their signature computed once: url, form and header then
+	// replace base+path, JSON and the path's signing.
+	url    string
+	form   bool
+	header http.Header
 }
 
 // webhooks posts status webhooks.
@@ -256,18 +262,34 @@ func (w *webhooks) post(ev *whEvent) {
 		return
 	}
 	w.failed.Add(1)
+	target := w.base + ev.path
+	if ev.url != "" {
+		target = "twilio status callback" // the URL is the customer's, with our row id
+	}
 	w.log.Warn("sim: webhook dropped after its last attempt", "event", ev.desc, "attempts", ev.attempt,
-		"url", w.base+ev.path, "err", why)
+		"url", target, "err", why)
 }
 
 func (w *webhooks) attempt(ev *whEvent) (int, error) {
-	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, w.base+ev.path, bytes.NewReader(ev.body))
+	target := w.base + ev.path
+	if ev.url != "" {
+		target = ev.url
+	}
+	req, err := http.NewRequestWithContext(w.ctx, http.MethodPost, target, bytes.NewReader(ev.body))
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if ev.form {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
 	req.Header.Set("User-Agent", "msgq-sim")
-	if ev.path == webhookPathHTTP {
+	switch {
+	case ev.header != nil:
+		for k, vs := range ev.header {
+			req.Header[k] = vs
+		}
+	case ev.path == webhookPathHTTP:
 		ts := strconv.FormatInt(w.now().Unix(), 10)
 		sigs := make([]string, 0, len(w.cfg.WebhookSecrets))
 		for _, s := range w.cfg.WebhookSecrets {
@@ -276,7 +298,7 @@ func (w *webhooks) attempt(ev *whEvent) (int, error) {
 		req.Header.Set("webhook-id", ev.id)
 		req.Header.Set("webhook-timestamp", ts)
 		req.Header.Set("webhook-signature", strings.Join(sigs, " "))
-	} else {
+	default:
 		req.Header.Set("X-Hub-Signature-256", verify.SignWhatsApp(ev.body, w.cfg.AppSecret))
 	}
 	resp, err := w.client.Do(req)

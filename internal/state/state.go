@@ -87,12 +87,22 @@ const (
 	Exhausted Reason = "exhausted" // max attempts reached with retryable answers
 	Canceled  Reason = "canceled"  // an operator stopped it before it went out
 	Resolved  Reason = "resolved"  // an operator decided an uncertain send failed
+	// OptedOut is a policy refusal: the recipient opted out of the
+	// identity (an inbound STOP, or the provider's own opted-out answer,
+	// Twilio 21610). Nothing went out, so the row keeps no claim on its
+	// key: a later enqueue of the same key revives it (Revive).
+	OptedOut Reason = "opted_out"
 )
+
+// Policy says whether r is a policy refusal: the row failed before
+// anything went out, for a condition that can change (an opt-out lifted),
+// and may be revived by a new enqueue of its key.
+func (r Reason) Policy() bool { return r == OptedOut }
 
 // Valid reports whether r is a known failure reason (not NoReason).
 func (r Reason) Valid() bool {
 	switch r {
-	case Permanent, Expired, Exhausted, Canceled, Resolved:
+	case Permanent, Expired, Exhausted, Canceled, Resolved, OptedOut:
 		return true
 	}
 	return false
@@ -115,6 +125,7 @@ const (
 	LeaseRequeue Kind = "lease_requeue" // [reconcile] as LeaseExpired, for a provider that dedupes by key
 	Evidence     Kind = "evidence"      // [webhook, reconcile] the provider reports a status
 	Resolve      Kind = "resolve"       // [operator] a verdict on an uncertain row
+	Revive       Kind = "revive"        // [send] the same key enqueued again after a policy refusal (nothing went out)
 )
 
 // Event is one thing that happened to a row.
@@ -123,7 +134,9 @@ type Event struct {
 	// Status is the reported status for Evidence (sent, delivered, read or
 	// failed) and the verdict for Resolve (sent or failed).
 	Status State
-	// Reason is the failure reason for Fail (permanent, expired or exhausted).
+	// Reason is the failure reason for Fail (permanent, expired, exhausted
+	// or opted_out), and for Revive the failed row's own reason (the
+	// machine is told it here because only a policy refusal is revived).
 	Reason Reason
 }
 
@@ -231,8 +244,14 @@ func Transition(from State, ev Event) (Result, error) {
 			if from != Queued && from != Sending {
 				return refuse(from, ev, "only a queued or sending row can expire")
 			}
+		case OptedOut:
+			// Refused before any call (the drain found the opt-out) or by
+			// the provider's definite opted-out answer: nothing went out.
+			if from != Queued && from != Sending {
+				return refuse(from, ev, "only a queued or sending row is refused for an opt-out")
+			}
 		default:
-			return refuse(from, ev, "fail needs reason permanent, expired or exhausted")
+			return refuse(from, ev, "fail needs reason permanent, expired, exhausted or opted_out")
 		}
 		return fail(ev.Reason)
 
@@ -266,6 +285,18 @@ func Transition(from State, ev Event) (Result, error) {
 
 	case Evidence:
 		return evidence(from, ev)
+
+	case Revive:
+		// The second backward move: a row refused for a policy reason
+		// provably went nowhere, so enqueuing its key again (the opt-out
+		// lifted) sends it rather than replaying the refusal.
+		if from != Failed {
+			return refuse(from, ev, "only a failed row is revived")
+		}
+		if !ev.Reason.Policy() {
+			return refuse(from, ev, "only a row refused for a policy reason (opted_out) went nowhere and may be revived")
+		}
+		return move(Queued)
 
 	case Resolve:
 		if from != Unknown && from != Sending {

@@ -30,6 +30,7 @@ var (
 func failWith(r Reason) Event      { return Event{Kind: Fail, Reason: r} }
 func evidenceOf(s State) Event     { return Event{Kind: Evidence, Status: s} }
 func resolveAs(s State) Event      { return Event{Kind: Resolve, Status: s} }
+func reviveFrom(r Reason) Event    { return Event{Kind: Revive, Reason: r} }
 func withNone(all []State) []State { return append([]State{None}, all...) }
 
 // allEvents is every event the matrix covers, in the order the matrix lists them.
@@ -44,6 +45,7 @@ var allEvents = []Event{
 	failWith(Exhausted),
 	failWith(Canceled),
 	failWith(Resolved),
+	failWith(OptedOut),
 	failWith(NoReason),
 	evCancel,
 	evLeaseExpired,
@@ -61,6 +63,10 @@ var allEvents = []Event{
 	resolveAs(Sent),
 	resolveAs(Failed),
 	resolveAs(Delivered),
+	reviveFrom(OptedOut),
+	reviveFrom(Permanent),
+	reviveFrom(Canceled),
+	reviveFrom(NoReason),
 }
 
 // want is the expected outcome of one (from, event) pair.
@@ -120,6 +126,7 @@ var matrix = []struct {
 	{None, failWith(Exhausted), refused},
 	{None, failWith(Canceled), refused},
 	{None, failWith(Resolved), refused},
+	{None, failWith(OptedOut), refused},
 	{None, failWith(NoReason), refused},
 	{None, evCancel, refused},
 	{None, evLeaseExpired, refused},
@@ -137,6 +144,10 @@ var matrix = []struct {
 	{None, resolveAs(Sent), refused},
 	{None, resolveAs(Failed), refused},
 	{None, resolveAs(Delivered), refused},
+	{None, reviveFrom(OptedOut), refused},
+	{None, reviveFrom(Permanent), refused},
+	{None, reviveFrom(Canceled), refused},
+	{None, reviveFrom(NoReason), refused},
 
 	// queued: claimed by drain, expired or canceled without a call, or
 	// moved forward by evidence of an earlier call (after a requeue).
@@ -150,6 +161,7 @@ var matrix = []struct {
 	{Queued, failWith(Exhausted), refused},
 	{Queued, failWith(Canceled), refused},
 	{Queued, failWith(Resolved), refused},
+	{Queued, failWith(OptedOut), failedAs(OptedOut)},
 	{Queued, failWith(NoReason), refused},
 	{Queued, evCancel, failedAs(Canceled)},
 	{Queued, evLeaseExpired, refused},
@@ -167,6 +179,10 @@ var matrix = []struct {
 	{Queued, resolveAs(Sent), refused},
 	{Queued, resolveAs(Failed), refused},
 	{Queued, resolveAs(Delivered), refused},
+	{Queued, reviveFrom(OptedOut), refused},
+	{Queued, reviveFrom(Permanent), refused},
+	{Queued, reviveFrom(Canceled), refused},
+	{Queued, reviveFrom(NoReason), refused},
 
 	// sending: the lease holder records the answer; reconcile handles a
 	// vanished holder; an operator may give a verdict on an abandoned row.
@@ -180,6 +196,7 @@ var matrix = []struct {
 	{Sending, failWith(Exhausted), failedAs(Exhausted)},
 	{Sending, failWith(Canceled), refused},
 	{Sending, failWith(Resolved), refused},
+	{Sending, failWith(OptedOut), failedAs(OptedOut)},
 	{Sending, failWith(NoReason), refused},
 	{Sending, evCancel, refused},
 	{Sending, evLeaseExpired, becomes(Unknown)},
@@ -197,6 +214,10 @@ var matrix = []struct {
 	{Sending, resolveAs(Sent), becomes(Sent)},
 	{Sending, resolveAs(Failed), failedAs(Resolved)},
 	{Sending, resolveAs(Delivered), refused},
+	{Sending, reviveFrom(OptedOut), refused},
+	{Sending, reviveFrom(Permanent), refused},
+	{Sending, reviveFrom(Canceled), refused},
+	{Sending, reviveFrom(NoReason), refused},
 
 	// unknown: schedules nothing; only evidence or an operator moves it.
 	{Unknown, evEnqueue, refused},
@@ -209,6 +230,7 @@ var matrix = []struct {
 	{Unknown, failWith(Exhausted), refused},
 	{Unknown, failWith(Canceled), refused},
 	{Unknown, failWith(Resolved), refused},
+	{Unknown, failWith(OptedOut), refused},
 	{Unknown, failWith(NoReason), refused},
 	{Unknown, evCancel, refused},
 	{Unknown, evLeaseExpired, refused},
@@ -226,6 +248,10 @@ var matrix = []struct {
 	{Unknown, resolveAs(Sent), becomes(Sent)},
 	{Unknown, resolveAs(Failed), failedAs(Resolved)},
 	{Unknown, resolveAs(Delivered), refused},
+	{Unknown, reviveFrom(OptedOut), refused},
+	{Unknown, reviveFrom(Permanent), refused},
+	{Unknown, reviveFrom(Canceled), refused},
+	{Unknown, reviveFrom(NoReason), refused},
 
 	// sent: finished for drain; evidence moves it forward only.
 	{Sent, evEnqueue, refused},
@@ -238,6 +264,7 @@ var matrix = []struct {
 	{Sent, failWith(Exhausted), refused},
 	{Sent, failWith(Canceled), refused},
 	{Sent, failWith(Resolved), refused},
+	{Sent, failWith(OptedOut), refused},
 	{Sent, failWith(NoReason), refused},
 	{Sent, evCancel, refused},
 	{Sent, evLeaseExpired, refused},
@@ -255,6 +282,10 @@ var matrix = []struct {
 	{Sent, resolveAs(Sent), refused},
 	{Sent, resolveAs(Failed), refused},
 	{Sent, resolveAs(Delivered), refused},
+	{Sent, reviveFrom(OptedOut), refused},
+	{Sent, reviveFrom(Permanent), refused},
+	{Sent, reviveFrom(Canceled), refused},
+	{Sent, reviveFrom(NoReason), refused},
 
 	// failed: a late "sent" is stale; delivered/read rank above it.
 	{Failed, evEnqueue, refused},
@@ -267,6 +298,7 @@ var matrix = []struct {
 	{Failed, failWith(Exhausted), refused},
 	{Failed, failWith(Canceled), refused},
 	{Failed, failWith(Resolved), refused},
+	{Failed, failWith(OptedOut), refused},
 	{Failed, failWith(NoReason), refused},
 	{Failed, evCancel, refused},
 	{Failed, evLeaseExpired, refused},
@@ -284,6 +316,10 @@ var matrix = []struct {
 	{Failed, resolveAs(Sent), refused},
 	{Failed, resolveAs(Failed), refused},
 	{Failed, resolveAs(Delivered), refused},
+	{Failed, reviveFrom(OptedOut), becomes(Queued)},
+	{Failed, reviveFrom(Permanent), refused},
+	{Failed, reviveFrom(Canceled), refused},
+	{Failed, reviveFrom(NoReason), refused},
 
 	// delivered: a stale failure is recorded, never applied.
 	{Delivered, evEnqueue, refused},
@@ -296,6 +332,7 @@ var matrix = []struct {
 	{Delivered, failWith(Exhausted), refused},
 	{Delivered, failWith(Canceled), refused},
 	{Delivered, failWith(Resolved), refused},
+	{Delivered, failWith(OptedOut), refused},
 	{Delivered, failWith(NoReason), refused},
 	{Delivered, evCancel, refused},
 	{Delivered, evLeaseExpired, refused},
@@ -313,6 +350,10 @@ var matrix = []struct {
 	{Delivered, resolveAs(Sent), refused},
 	{Delivered, resolveAs(Failed), refused},
 	{Delivered, resolveAs(Delivered), refused},
+	{Delivered, reviveFrom(OptedOut), refused},
+	{Delivered, reviveFrom(Permanent), refused},
+	{Delivered, reviveFrom(Canceled), refused},
+	{Delivered, reviveFrom(NoReason), refused},
 
 	// read: the top; every evidence is stale.
 	{Read, evEnqueue, refused},
@@ -325,6 +366,7 @@ var matrix = []struct {
 	{Read, failWith(Exhausted), refused},
 	{Read, failWith(Canceled), refused},
 	{Read, failWith(Resolved), refused},
+	{Read, failWith(OptedOut), refused},
 	{Read, failWith(NoReason), refused},
 	{Read, evCancel, refused},
 	{Read, evLeaseExpired, refused},
@@ -342,6 +384,10 @@ var matrix = []struct {
 	{Read, resolveAs(Sent), refused},
 	{Read, resolveAs(Failed), refused},
 	{Read, resolveAs(Delivered), refused},
+	{Read, reviveFrom(OptedOut), refused},
+	{Read, reviveFrom(Permanent), refused},
+	{Read, reviveFrom(Canceled), refused},
+	{Read, reviveFrom(NoReason), refused},
 }
 
 // rowName reads well at the start of a sentence-like test name.
@@ -546,7 +592,7 @@ func TestRefusalMessagesReadWell(t *testing.T) {
 		{Queued, evEnqueue, "cannot enqueue a row in state queued: the row already exists"},
 		{Unknown, evClaim, "cannot claim a row in state unknown: only queued rows are claimed"},
 		{Delivered, failWith(Permanent), "cannot fail(permanent) a row in state delivered: only the answer to a call fails a row as permanent"},
-		{Sending, failWith(NoReason), "cannot fail a row in state sending: fail needs reason permanent, expired or exhausted"},
+		{Sending, failWith(NoReason), "cannot fail a row in state sending: fail needs reason permanent, expired, exhausted or opted_out"},
 		{Sent, evCancel, "cannot cancel a row in state sent: only a queued row has certainly not gone out"},
 		{Sent, evidenceOf(Unknown), "cannot evidence(unknown) a row in state sent: evidence is sent, delivered, read or failed"},
 		{Unknown, resolveAs(Delivered), "cannot resolve(delivered) a row in state unknown: a verdict is sent or failed"},
@@ -686,7 +732,7 @@ func TestFinishedAndInFlight(t *testing.T) {
 func TestReasonValid(t *testing.T) {
 	t.Parallel()
 	cases := map[Reason]bool{
-		Permanent: true, Expired: true, Exhausted: true, Canceled: true, Resolved: true,
+		Permanent: true, Expired: true, Exhausted: true, Canceled: true, Resolved: true, OptedOut: true,
 		NoReason: false, "bogus": false, "Permanent": false, "failed": false,
 	}
 	for r, want := range cases {

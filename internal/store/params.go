@@ -66,12 +66,16 @@ func (p *EnqueueParams) Validate(now time.Time) error {
 		return &InvalidError{"key", "is required"}
 	case !ValidKey(p.Key):
 		return &InvalidError{"key", "must be 1 to 64 characters of A-Za-z0-9._:- (got " + quoteShort(p.Key) + ")"}
-	case p.Channel != ChannelWhatsApp && p.Channel != ChannelSMS:
-		// The channels a provider sends on today; internal/recipient knows
-		// email addresses already, for the email provider to come.
-		return &InvalidError{"channel", "must be whatsapp or sms (got " + quoteShort(p.Channel) + ")"}
+	case !recipient.Known(p.Channel):
+		// The channels internal/recipient knows the addresses of.
+		return &InvalidError{"channel", "must be whatsapp, sms or email (got " + quoteShort(p.Channel) + ")"}
 	case recipient.Valid(p.Channel, p.To) != nil:
-		return &InvalidError{"to", "must be an E.164 number like +15551234567 (got " + quoteShort(p.To) + ")"}
+		if recipient.IsPhone(p.Channel) {
+			return &InvalidError{"to", "must be an E.164 number like +15551234567 (got " + quoteShort(p.To) + ")"}
+		}
+		// Stored addresses are in recipient.Normalize's form, so that one
+		// address is one key of windows, suppressions and evidence.
+		return &InvalidError{"to", "must be a bare email address like ada@example.com, its domain in lower case (got " + quoteShort(p.To) + ")"}
 	case p.Identity == "":
 		return &InvalidError{"identity", "is required"}
 	case p.Lane != LaneReply && p.Lane != LaneBulk:
@@ -135,6 +139,7 @@ func (p *EnqueueParams) BodyHash() string {
 }
 
 func canonicalPayload(p Payload) Payload {
+	p.QuietHours = ""
 	if len(p.Params) == 0 {
 		p.Params = nil
 	}

@@ -34,6 +34,11 @@ type Listener interface {
 // same database at once: uniqueness is enforced by the database's unique
 // index, never by check-then-insert.
 type Store interface {
+	OptOuts
+	DailyRecipients
+	Challenges
+	APIKeys
+	Events
 	// Migrate brings the schema to the newest version this binary knows and
 	// returns the versions it applied (none when already current). It is
 	// safe to run from several processes at once. Errors: ErrSchemaTooNew
@@ -42,7 +47,12 @@ type Store interface {
 
 	// MessageEnqueue creates one logical send, or returns the existing row
 	// when (tenant, key) exists with the same body hash (Replayed is true;
-	// nothing is written but the replay count Stats reports). Errors: *InvalidError when p fails Validate;
+	// nothing is written but the replay count Stats reports). An existing
+	// row refused for a policy reason before any call (failed, opted_out,
+	// no attempt) whose condition no longer holds (the recipient is not
+	// opted out of the identity now, read in the same transaction) is
+	// revived instead: queued again, scheduled as p says, with a history
+	// row (event revive(opted_out), source send), and Revived is true. Errors: *InvalidError when p fails Validate;
 	// *ConflictError (errors.Is ErrConflict) when the key exists with another
 	// body, naming the existing row (nothing is written but the conflict
 	// count Stats reports).
@@ -176,6 +186,11 @@ type StuckParams struct {
 	// TakeoverMargin past lease_until; what reconcile takes over), whatever
 	// OlderThan says.
 	LeaseExpired bool
+	// PastDeadline also lists unknown challenge steps whose challenge's
+	// deadline has passed: they no longer need a person (nothing useful
+	// can be resent; challenge.NeedsPerson), so stuck leaves them out, but
+	// reconcile still looks them up.
+	PastDeadline bool
 	Tenant       string
 	Identity     string
 	Purpose      string
@@ -308,6 +323,13 @@ type ClaimParams struct {
 	Identities []string
 	// Pacing per identity; an identity without an entry is unpaced.
 	Pacing map[string]Pacing
+	// DailyRecipients is each identity's daily unique-recipient limit
+	// (DailyLimiter); an identity without a positive entry has none. A
+	// row to a recipient its identity has not messaged within
+	// DailyWindow, once the identity's count has reached its limit,
+	// stays queued: its next_attempt_at moves to when a place may free,
+	// and its last_error says so (DailyHeldError).
+	DailyRecipients map[string]int
 	// Horizon is how far ahead of now a slot may lie for the row to be
 	// claimed (the drain waits for it); zero means one second.
 	Horizon time.Duration
@@ -387,13 +409,22 @@ const DefaultTenant = "default"
 // free-form text; plus an optional fallback template for when free-form text
 // cannot be sent (a closed customer-service window).
 type Payload struct {
-	Template         string   `json:"template,omitempty"`
-	Lang             string   `json:"lang,omitempty"`
-	Params           []string `json:"params,omitempty"`
-	Text             string   `json:"text,omitempty"`
-	FallbackTemplate string   `json:"fallback_template,omitempty"`
+	Template string   `json:"template,omitempty"`
+	Lang     string   `json:"lang,omitempty"`
+	Params   []string `json:"params,omitempty"`
+	Text     string   `json:"text,omitempty"`
+	// Subject and HTML are an email's subject line and optional HTML
+	// alternative to Text (the email channel; internal/provider/smtp).
+	Subject          string `json:"subject,omitempty"`
+	HTML             string `json:"html,omitempty"`
+	FallbackTemplate string `json:"fallback_template,omitempty"`
 	// FallbackParams are the fallback template's parameters, in order.
 	FallbackParams []string `json:"fallback_params,omitempty"`
+	// QuietHours is the send's own quiet hours: "" for its identity's,
+	// "off" for none, or a window "HH:MM-HH:MM" (internal/quiet). It is
+	// when the message may go, not what it says: not part of the body
+	// hash.
+	QuietHours string `json:"quiet_hours,omitempty"`
 }
 
 // EnqueueParams is one logical send to create.
@@ -424,7 +455,12 @@ type EnqueueParams struct {
 type EnqueueResult struct {
 	Message  *Message
 	Replayed bool
-	Err      error // MessageEnqueueMany only: this item's own error
+	// Revived says the key's row had been refused for a policy reason
+	// before any call (failed, opted_out) and the condition has lifted:
+	// the row itself is queued again (internal/state's revive), not a new
+	// one, and Message is it as revived.
+	Revived bool
+	Err     error // MessageEnqueueMany only: this item's own error
 }
 
 // Message is one logical send. Field names in JSON are a contract scripts

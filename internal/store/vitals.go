@@ -1,6 +1,7 @@
 package store
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/msgq/msgq/internal/state"
@@ -31,7 +32,7 @@ const CountBuckets = 8 * 24 * time.Hour
 
 // FailureReasons are the reasons of the failed state, in the order stats
 // shows them; each is shown even at zero.
-var FailureReasons = []state.Reason{state.Permanent, state.Expired, state.Exhausted, state.Canceled, state.Resolved}
+var FailureReasons = []state.Reason{state.Permanent, state.Expired, state.Exhausted, state.Canceled, state.Resolved, state.OptedOut}
 
 // VitalStats are those figures. Field names are a JSON
 // contract (flattened into Stats').
@@ -62,6 +63,67 @@ type VitalStats struct {
 	// sent: no delivered, read or failed status came for them.
 	SentProgress    []SentProgress `json:"sent_progress"`
 	NoProgressAfter time.Duration  `json:"no_progress_after_ns"`
+	// Challenges are the verification challenges' figures
+	// (docs/challenges.md), since the store was created.
+	Challenges ChallengeVitals `json:"challenges"`
+}
+
+// ChallengeVitals are the figures of verification challenges: how they
+// ended, how often a fallback went out or was held back by an uncertain
+// step, and how many unknown steps outlived their deadline.
+type ChallengeVitals struct {
+	Open int `json:"open"`
+	// Blocked counts open challenges whose next step is held back by an
+	// earlier step that is sending or unknown.
+	Blocked int `json:"blocked"`
+	// CompletedByStep counts completed challenges by the step (1-based,
+	// as a string) that completed them.
+	CompletedByStep map[string]int `json:"completed_by_step"`
+	Expired         int            `json:"expired"`
+	Failed          int            `json:"failed"`
+	Superseded      int            `json:"superseded"`
+	// FallbacksFired counts later steps released; SupersedingSends
+	// challenges sent with --supersedes (a user asked for a new code).
+	FallbacksFired   int `json:"fallbacks_fired"`
+	SupersedingSends int `json:"superseding_sends"`
+	// UnknownPastDeadline counts steps in unknown whose deadline has
+	// passed: out of msgq stuck, each a possible prompt nobody can check.
+	UnknownPastDeadline int `json:"unknown_past_deadline"`
+	// RecentExpired counts the challenges that ended expired whose
+	// deadline passed within the stats window (Expired counts them all):
+	// the figure health checks, since a total only ever grows.
+	RecentExpired int `json:"recent_expired"`
+	// RecentFirstDeliveries counts challenges whose first delivered
+	// evidence (of any step) arrived within the window, and
+	// FirstDeliveryP50/P95 are, over them, the time from the challenge's
+	// creation (the customer asked for a code) to that evidence: the wait
+	// the customer saw, queueing, fallback delay and provider included
+	// (zero when none). Over at most LatencySample challenges.
+	RecentFirstDeliveries int           `json:"recent_first_deliveries"`
+	FirstDeliveryP50      time.Duration `json:"first_delivery_p50_ns"`
+	FirstDeliveryP95      time.Duration `json:"first_delivery_p95_ns"`
+}
+
+// Add counts n challenges of outcome (completed by step by; blocked).
+func (c *ChallengeVitals) Add(outcome string, by int, blocked bool, n int) {
+	switch outcome {
+	case "open":
+		c.Open += n
+		if blocked {
+			c.Blocked += n
+		}
+	case "completed":
+		if c.CompletedByStep == nil {
+			c.CompletedByStep = map[string]int{}
+		}
+		c.CompletedByStep[strconv.Itoa(by)] += n
+	case "expired":
+		c.Expired += n
+	case "failed":
+		c.Failed += n
+	case ChallengeSuperseded:
+		c.Superseded += n
+	}
 }
 
 // SentProgress is one identity's accepted sends and those without

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/msgq/msgq/internal/provider/whatsapp"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/store/sqlite"
@@ -43,8 +44,8 @@ func benchServe(b *testing.B, clients int) {
 	defer st.Close()
 	wake := make(chan struct{}, 1)
 	rcv := webhook.NewReceiver(webhook.Config{
-		Store:    st,
-		WhatsApp: []webhook.AppSecret{{Identity: "shop", Secret: []byte(appSecret)}},
+		Store:  st,
+		Routes: []webhook.Route{{Identity: "shop", Kind: &whatsapp.Kind, Verifier: &whatsapp.Verifier{AppSecret: []byte(appSecret)}}},
 		Stored: func() {
 			select {
 			case wake <- struct{}{}:

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/msgq/msgq/internal/provider/whatsapp"
 	"github.com/msgq/msgq/internal/store/sqlite"
 	"github.com/msgq/msgq/internal/webhook"
 	"github.com/msgq/msgq/internal/webhook/verify"
@@ -25,7 +26,7 @@ func budgetRig(t *testing.T) (*httptest.Server, *http.Client) {
 	}
 	rcv := webhook.NewReceiver(webhook.Config{
 		Store:      st,
-		WhatsApp:   []webhook.AppSecret{{Identity: "shop", Secret: []byte(appSecret)}},
+		Routes:     []webhook.Route{{Identity: "shop", Kind: &whatsapp.Kind, Verifier: &whatsapp.Verifier{AppSecret: []byte(appSecret)}}},
 		MaxBody:    1 << 20,
 		MaxPending: 1<<20 + 512<<10, // reserve for small bodies: 256 KiB
 		RetryAfter: 7 * time.Second,

@@ -4,15 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/msgq/msgq/internal/phone"
-	"github.com/msgq/msgq/internal/provider/whatsapp"
+	"github.com/msgq/msgq/internal/provider"
+	"github.com/msgq/msgq/internal/provider/kinds"
 	"github.com/msgq/msgq/internal/retry"
+	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
-	"github.com/msgq/msgq/internal/webhook/payload"
 )
 
 // Processor turns stored deliveries into evidence: it parses each one,
@@ -23,9 +23,10 @@ import (
 // carries on.
 type Processor struct {
 	Store store.Store
-	// PhoneNumberIDs maps WhatsApp phone_number_ids to identity names, so
-	// that statuses and inbound messages are filed under the identity
-	// they came through.
+	// PhoneNumberIDs maps the senders webhooks name (provider.Settings.Sender:
+	// WhatsApp's phone_number_ids) to identity names, so that statuses and
+	// inbound messages of a kind whose webhooks name them
+	// (Webhook.NamesSender) are filed under the identity they came through.
 	PhoneNumberIDs map[string]string
 	// TemplateIdentities maps an identity to the identities on the same
 	// provider account (the same app secret), itself included: a
@@ -70,6 +71,10 @@ type Summary struct {
 	Suspect    int `json:"suspect"`
 	Attributed int `json:"attributed"`
 	Parked     int `json:"parked"`
+	// OptOuts counts opt-outs and opt-ins that changed a recipient's
+	// standing (an inbound STOP or START, a status whose code says the
+	// recipient opted out).
+	OptOuts int `json:"opt_outs"`
 	// Changes lists what happened to rows, in order.
 	Changes []store.AppliedEvidence `json:"changes"`
 }
@@ -91,6 +96,7 @@ func (s *Summary) add(o Summary) {
 	s.Suspect += o.Suspect
 	s.Attributed += o.Attributed
 	s.Parked = o.Parked
+	s.OptOuts += o.OptOuts
 	s.Changes = append(s.Changes, o.Changes...)
 }
 
@@ -125,11 +131,23 @@ func (p *Processor) Once(ctx context.Context) (Summary, error) {
 			break
 		}
 		ps := make([]store.IngestParams, len(evs))
+		var outs []store.OptOutParams
 		for i := range evs {
-			ps[i] = p.read(&evs[i])
+			var o []store.OptOutParams
+			ps[i], o = p.read(&evs[i])
+			outs = append(outs, o...)
 			if ps[i].Err != "" || ps[i].Skipped != "" {
 				sum.Unreadable++
 			}
+		}
+		// Before the ingest that marks the deliveries processed: a crash
+		// in between repeats the opt-outs, which is harmless (recording
+		// is idempotent and ordered by the evidence's time), where the
+		// other order could lose them.
+		n, err := p.optOuts(ctx, outs)
+		sum.OptOuts += n
+		if err != nil {
+			return sum, err
 		}
 		res, marked, err := p.ingest(ctx, ps)
 		sum.Unreadable += marked
@@ -236,26 +254,24 @@ func (p *Processor) ingestAlone(ctx context.Context, one store.IngestParams) (*s
 // cannot be read (it passed the receiver's check, so this is a parser
 // change or a replayed file) is marked with the error, not retried forever;
 // its raw body stays for a person.
-func (p *Processor) read(ev *store.WebhookEvent) store.IngestParams {
+//
+// It also returns the opt-outs the delivery says: an inbound keyword the
+// provider acts on (payload.Message.OptOut, OptIn), and a status whose
+// error code says the recipient opted out (Kind.OptedOutOn).
+func (p *Processor) read(ev *store.WebhookEvent) (store.IngestParams, []store.OptOutParams) {
 	out := store.IngestParams{EventID: ev.ID}
-	var (
-		b   *payload.Batch
-		err error
-	)
-	switch ev.Provider {
-	case store.WebhookWhatsApp:
-		b, err = payload.WhatsApp(ev.Body)
-	case store.WebhookHTTP:
-		b, err = payload.HTTP(ev.Body, ev.Headers["webhook-id"])
-	default:
+	kind := formatKind(ev.Provider)
+	if kind == nil {
 		out.Err = "unknown provider " + ev.Provider
-		return out
+		return out, nil
 	}
+	b, err := kind.Webhook.Parse(ev.Body, ev.Headers)
 	if err != nil {
 		out.Err = err.Error()
 		p.log().Error("webhook: stored delivery unreadable", "event", ev.ID, "err", err)
-		return out
+		return out, nil
 	}
+	var outs []store.OptOutParams
 	for _, ig := range b.Ignored {
 		p.log().Debug("webhook: ignored", "event", ev.ID, "item", ig)
 	}
@@ -278,17 +294,20 @@ func (p *Processor) read(ev *store.WebhookEvent) store.IngestParams {
 			e.Suspect = "phone_number_id " + s.PhoneNumberID + " is no configured identity's"
 		}
 		out.Statuses = append(out.Statuses, e)
+		if e.Status == state.Failed && e.Suspect == "" && kind.OptedOutOn != nil && kind.OptedOutOn(e.ErrorCode) {
+			outs = append(outs, store.OptOutParams{Identity: e.Identity, Recipient: e.Recipient, OptedOut: true,
+				Source: kind.Name + " " + e.ErrorCode, At: e.At})
+		}
 	}
 	for _, n := range b.Notices {
 		nt := n.Notice
 		nt.EventID, nt.Identity = ev.ID, p.identity(ev, n.PhoneNumberID)
-		if nt.Kind == store.NoticeError && ev.Provider == store.WebhookWhatsApp && !p.unknownNumber(ev, n.PhoneNumberID) {
-			// The retry table decides, as for a send's answer: an error
-			// of the identity's (a token, a locked account) pauses it.
-			if c, err := strconv.ParseInt(nt.Code, 10, 64); err == nil {
-				if class, _, _ := whatsapp.CodeClass(c); class == retry.Identity {
-					nt.PauseReason = fmt.Sprintf("%s (webhook, code %s): %s", retry.Identity, nt.Code, nt.Value)
-				}
+		if nt.Kind == store.NoticeError && kind.PausesOn != nil && !p.unknownNumber(ev, n.PhoneNumberID) {
+			// The kind's code table decides, as for a send's answer: an
+			// error of the identity's (a token, a locked account) pauses
+			// it.
+			if kind.PausesOn(nt.Code) {
+				nt.PauseReason = fmt.Sprintf("%s (webhook, code %s): %s", retry.Identity, nt.Code, nt.Value)
 			}
 		}
 		p.log().Info("webhook: notice", "event", ev.ID, "identity", nt.Identity, "kind", nt.Kind, "field", nt.Field,
@@ -303,12 +322,40 @@ func (p *Processor) read(ev *store.WebhookEvent) store.IngestParams {
 			// Written to a number no identity has: kept and listed under
 			// that number, never linked to a row of the identity whose
 			// secret verified the delivery, nor opening its window.
-			in.Identity = "whatsapp:" + m.PhoneNumberID
+			in.Identity = ev.Provider + ":" + m.PhoneNumberID
 		}
 		p.log().Debug("webhook: inbound", "event", ev.ID, "from", phone.Mask(in.From), "type", in.Type)
 		out.Inbound = append(out.Inbound, in)
+		if (m.OptOut || m.OptIn) && !p.unknownNumber(ev, m.PhoneNumberID) {
+			outs = append(outs, store.OptOutParams{Identity: in.Identity, Recipient: in.From, OptedOut: m.OptOut,
+				Source: "inbound " + strings.ToUpper(strings.TrimSpace(in.Text)), At: in.ReceivedAt})
+		}
 	}
-	return out
+	return out, outs
+}
+
+// optOuts records what read found, and counts the changes. One that
+// names no identity (a replay without --identity) or no recipient (a
+// status without its To) cannot be recorded: it is logged and left.
+func (p *Processor) optOuts(ctx context.Context, outs []store.OptOutParams) (int, error) {
+	n := 0
+	for _, o := range outs {
+		if o.Identity == "" || o.Recipient == "" {
+			p.log().Warn("webhook: opt-out not recorded: no identity or no recipient", "identity", o.Identity,
+				"recipient", phone.Mask(o.Recipient), "source", o.Source)
+			continue
+		}
+		changed, err := p.Store.SetOptOut(ctx, o)
+		if err != nil {
+			return n, fmt.Errorf("webhook: record opt-out: %w", err)
+		}
+		if changed {
+			n++
+			p.log().Info("webhook: opt-out recorded", "identity", o.Identity, "recipient", phone.Mask(o.Recipient),
+				"opted_out", o.OptedOut, "source", o.Source)
+		}
+	}
+	return n, nil
 }
 
 // identity names the identity an item came through: the WhatsApp number
@@ -325,11 +372,23 @@ func (p *Processor) identity(ev *store.WebhookEvent, phoneNumberID string) strin
 // configured identity has (with none configured at all, as for a replay
 // into a store without identities, nothing is unknown).
 func (p *Processor) unknownNumber(ev *store.WebhookEvent, phoneNumberID string) bool {
-	if ev.Provider != store.WebhookWhatsApp || phoneNumberID == "" || len(p.PhoneNumberIDs) == 0 {
+	if k := formatKind(ev.Provider); k == nil || !k.Webhook.NamesSender || phoneNumberID == "" || len(p.PhoneNumberIDs) == 0 {
 		return false
 	}
 	_, ok := p.PhoneNumberIDs[phoneNumberID]
 	return !ok
+}
+
+// formatKind is the first kind that speaks the stored delivery's format
+// (the simulator speaks the http API's: its Parse is the same), nil for
+// none.
+func formatKind(format string) *provider.Kind {
+	for _, k := range kinds.All {
+		if k.Webhook != nil && k.Webhook.Name == format {
+			return k
+		}
+	}
+	return nil
 }
 
 // Run processes until ctx ends: at once when woken (a delivery was

@@ -8,7 +8,6 @@ package webhook
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -19,45 +18,44 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/msgq/msgq/internal/provider"
+	"github.com/msgq/msgq/internal/provider/kinds"
 	"github.com/msgq/msgq/internal/store"
-	"github.com/msgq/msgq/internal/webhook/payload"
 	"github.com/msgq/msgq/internal/webhook/verify"
 )
 
-// Endpoint paths: a contract providers are configured with.
+// Endpoint paths: a contract providers are configured with. Each kind
+// with webhooks is served at /webhooks/<its webhook's name> (these two
+// among them) and, per identity, at /webhooks/<kind>/<identity>.
 const (
 	PathWhatsApp = "/webhooks/whatsapp"
 	PathHTTP     = "/webhooks/http"
 	PathHealth   = "/healthz"
+	PathPrefix   = "/webhooks/"
 )
 
 // DefaultMaxBody bounds a delivery. Meta documents batched payloads of up
 // to 3 MB; a little more leaves room without inviting abuse.
 const DefaultMaxBody = 4 << 20
 
-// AppSecret is one WhatsApp identity's app secret.
-type AppSecret struct {
+// Route is one identity whose webhooks the receiver verifies: its kind and
+// a verifier holding its secrets.
+type Route struct {
 	Identity string
-	Secret   []byte
-}
-
-// HTTPSecrets are one http identity's Standard Webhooks secrets (several
-// during a rotation).
-type HTTPSecrets struct {
-	Identity string
-	Secrets  []verify.Secret
+	Kind     *provider.Kind
+	Verifier provider.Verifier
 }
 
 // Config configures a Receiver.
 type Config struct {
 	// Store keeps the raw deliveries.
 	Store store.Store
-	// WhatsApp app secrets and verify tokens; with none, the WhatsApp
-	// endpoint answers 404.
-	WhatsApp     []AppSecret
-	VerifyTokens []string
-	// HTTP secrets; with none, the http endpoint answers 404.
-	HTTP []HTTPSecrets
+	// Routes are the identities whose webhooks are verified here. A
+	// format no route speaks answers 404.
+	Routes []Route
+	// PublicURL is the scheme and host providers call (https://hooks.example.com),
+	// for signature schemes that sign the URL; "" takes the request's Host.
+	PublicURL string
 	// MaxBody bounds a body (0: DefaultMaxBody); larger ones get 413.
 	MaxBody int64
 	// MaxPending bounds the bytes of bodies held in memory at once, from
@@ -132,12 +130,48 @@ func (r *Receiver) Close() {
 	<-r.done
 }
 
-// Handler serves the endpoints.
+// Handler serves the endpoints: for each webhook format the routes speak,
+// /webhooks/<format> (every identity speaking it is tried in turn), and for
+// each route /webhooks/<kind>/<identity> (that identity's secrets alone).
 func (r *Receiver) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+PathWhatsApp, r.whatsAppVerify)
-	mux.HandleFunc("POST "+PathWhatsApp, r.whatsApp)
-	mux.HandleFunc("POST "+PathHTTP, r.http)
+	byFormat := map[string][]Route{}
+	var formats []string
+	for _, rt := range r.cfg.Routes {
+		f := rt.Kind.Webhook.Name
+		if _, ok := byFormat[f]; !ok {
+			formats = append(formats, f)
+		}
+		byFormat[f] = append(byFormat[f], rt)
+		one := []Route{rt}
+		path := PathPrefix + rt.Kind.Name + "/" + rt.Identity
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, req *http.Request) { r.handshake(w, req, one) })
+		mux.HandleFunc("POST "+path, func(w http.ResponseWriter, req *http.Request) { r.receive(w, req, rt.Kind.Webhook, one) })
+	}
+	// Every known format's path answers, with 404 and a hint when no
+	// identity here speaks it.
+	hints := map[string]string{}
+	for _, k := range kinds.All {
+		if wh := k.Webhook; wh != nil {
+			if _, ok := hints[wh.Name]; !ok {
+				hints[wh.Name] = "no " + wh.Name + " identity has " + wh.SecretKey + " configured"
+				if _, ok := byFormat[wh.Name]; !ok {
+					formats = append(formats, wh.Name)
+				}
+			}
+		}
+	}
+	for _, f := range formats {
+		routes := byFormat[f]
+		mux.HandleFunc("GET "+PathPrefix+f, func(w http.ResponseWriter, req *http.Request) { r.handshake(w, req, routes) })
+		mux.HandleFunc("POST "+PathPrefix+f, func(w http.ResponseWriter, req *http.Request) {
+			if len(routes) == 0 {
+				http.Error(w, hints[f], http.StatusNotFound)
+				return
+			}
+			r.receive(w, req, routes[0].Kind.Webhook, routes)
+		})
+	}
 	mux.HandleFunc("GET "+PathHealth, r.health)
 	return mux
 }
@@ -266,37 +300,45 @@ func (r *Receiver) logBusy() {
 		"refused", n, "max_pending", r.cfg.MaxPending)
 }
 
-func (r *Receiver) whatsAppVerify(w http.ResponseWriter, req *http.Request) {
+// handshake answers a subscription handshake (Meta's GET hub.challenge)
+// when one of the routes' verifiers accepts it. Every route is asked, so
+// the time taken says nothing about which one (or how much of a token)
+// matched.
+func (r *Receiver) handshake(w http.ResponseWriter, req *http.Request, routes []Route) {
 	q := req.URL.Query()
-	token := q.Get("hub.verify_token")
-	ok := false
-	for _, t := range r.cfg.VerifyTokens {
-		// Every token is compared, so the time taken says nothing about
-		// which one (or how much of one) matched.
-		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
-			ok = true
+	challenge, ok := "", false
+	for _, rt := range routes {
+		if h, is := rt.Verifier.(provider.Handshaker); is {
+			if c, yes := h.Handshake(q); yes && !ok {
+				challenge, ok = c, true
+			}
 		}
 	}
-	if q.Get("hub.mode") != "subscribe" || token == "" || !ok {
-		r.cfg.Log.Warn("webhook: whatsapp verification refused", "mode", q.Get("hub.mode"))
+	if !ok {
+		r.cfg.Log.Warn("webhook: verification refused", "path", req.URL.Path, "mode", q.Get("hub.mode"))
 		http.Error(w, "verification refused", http.StatusForbidden)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	io.WriteString(w, q.Get("hub.challenge"))
+	io.WriteString(w, challenge)
 }
 
-func (r *Receiver) whatsApp(w http.ResponseWriter, req *http.Request) {
-	if len(r.cfg.WhatsApp) == 0 {
-		http.Error(w, "no whatsapp identity has app_secret_env configured", http.StatusNotFound)
-		return
+// receive verifies a delivery with the routes' verifiers, the first that
+// accepts it naming its identity, checks that it is the format's webhook,
+// and keeps it.
+func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, wh *provider.Webhook, routes []Route) {
+	format := wh.Name
+	d := &provider.Delivery{Header: req.Header, Query: req.URL.Query(), URL: r.publicURL(req), Now: r.cfg.Now(), Tolerance: r.cfg.Tolerance}
+	if d.Tolerance <= 0 {
+		d.Tolerance = verify.DefaultTolerance
 	}
-	sig := req.Header.Get("X-Hub-Signature-256")
-	// A request that cannot be signed is refused before its body is read,
-	// so an unsigned flood costs no memory.
-	if err := verify.WhatsAppHeader(sig); err != nil {
-		r.cfg.Log.Warn("webhook: whatsapp delivery refused", "err", err)
-		refuseUnread(w, "signature refused")
+	// A request that cannot be signed (no or a malformed signature
+	// header, a stale timestamp) is refused before its body is read, so
+	// an unsigned flood costs no memory. The check is the format's, the
+	// same for every identity.
+	if err := routes[0].Verifier.Precheck(d); err != nil {
+		r.cfg.Log.Warn("webhook: "+format+" delivery refused", "err", err)
+		refuseUnread(w, refusal(wh, err))
 		return
 	}
 	body, release, ok := r.readBody(w, req)
@@ -304,53 +346,12 @@ func (r *Receiver) whatsApp(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer release()
+	d.Body = body
 	identity := ""
 	var verr error = verify.ErrMissingSignature
-	for _, s := range r.cfg.WhatsApp {
-		if verr = verify.WhatsApp(body, sig, s.Secret); verr == nil {
-			identity = s.Identity
-			break
-		}
-	}
-	if verr != nil {
-		r.cfg.Log.Warn("webhook: whatsapp delivery refused", "err", verr)
-		http.Error(w, "signature refused", http.StatusUnauthorized)
-		return
-	}
-	if _, err := payload.WhatsApp(body); err != nil {
-		r.cfg.Log.Warn("webhook: whatsapp body refused", "err", err)
-		http.Error(w, oneLine(err.Error()), http.StatusBadRequest)
-		return
-	}
-	r.keep(w, req, store.WebhookEvent{
-		Provider: store.WebhookWhatsApp, Identity: identity, Body: body,
-		Headers: pick(req.Header, "X-Hub-Signature-256", "Content-Type", "User-Agent"),
-	})
-}
-
-func (r *Receiver) http(w http.ResponseWriter, req *http.Request) {
-	if len(r.cfg.HTTP) == 0 {
-		http.Error(w, "no http identity has webhook_secret_env configured", http.StatusNotFound)
-		return
-	}
-	id, ts, sig := req.Header.Get("webhook-id"), req.Header.Get("webhook-timestamp"), req.Header.Get("webhook-signature")
-	// Missing headers or a stale timestamp are refused before the body is
-	// read, whatever the body (see verify.Headers).
-	if err := verify.Headers(id, ts, sig, r.cfg.Now(), r.cfg.Tolerance); err != nil {
-		r.cfg.Log.Warn("webhook: http delivery refused", "err", err)
-		refuseUnread(w, "signature refused: "+err.Error())
-		return
-	}
-	body, release, ok := r.readBody(w, req)
-	if !ok {
-		return
-	}
-	defer release()
-	identity := ""
-	var verr error = verify.ErrMissingSignature
-	for _, s := range r.cfg.HTTP {
-		if verr = verify.Verify(id, ts, sig, body, r.cfg.Now(), r.cfg.Tolerance, s.Secrets...); verr == nil {
-			identity = s.Identity
+	for _, rt := range routes {
+		if verr = rt.Verifier.Verify(d); verr == nil {
+			identity = rt.Identity
 			break
 		}
 		if !errors.Is(verr, verify.ErrBadSignature) {
@@ -360,25 +361,56 @@ func (r *Receiver) http(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	if verr != nil {
-		r.cfg.Log.Warn("webhook: http delivery refused", "err", verr)
-		http.Error(w, "signature refused: "+verr.Error(), http.StatusUnauthorized)
+		r.cfg.Log.Warn("webhook: "+format+" delivery refused", "err", verr)
+		http.Error(w, refusal(wh, verr), http.StatusUnauthorized)
 		return
 	}
-	if _, err := payload.HTTP(body, id); err != nil {
-		r.cfg.Log.Warn("webhook: http body refused", "err", err)
+	hdr := pick(req.Header, wh.Headers...)
+	// At the store's resolution, so that the stored received_at and the
+	// pseudo-header a KeepsCall parser reads are the same instant.
+	received := r.cfg.Now().UTC().Truncate(store.Resolution)
+	if wh.KeepsCall {
+		hdr[provider.HeaderURL] = d.URL
+		hdr[provider.HeaderReceivedAt] = received.Format(time.RFC3339Nano)
+	}
+	if _, err := wh.Parse(body, hdr); err != nil {
+		r.cfg.Log.Warn("webhook: "+format+" body refused", "err", err)
 		http.Error(w, oneLine(err.Error()), http.StatusBadRequest)
 		return
 	}
-	r.keep(w, req, store.WebhookEvent{
-		Provider: store.WebhookHTTP, Identity: identity, Body: body,
-		Headers: pick(req.Header, "Webhook-Id", "Webhook-Timestamp", "Webhook-Signature", "Content-Type", "User-Agent"),
-	})
+	r.keep(w, req, store.WebhookEvent{Provider: format, Identity: identity, Body: body, Headers: hdr, ReceivedAt: received})
+}
+
+// refusal is a 401's text: why, when the format tells the sender
+// (Webhook.TellWhy).
+func refusal(wh *provider.Webhook, err error) string {
+	if !wh.TellWhy {
+		return "signature refused"
+	}
+	return "signature refused: " + err.Error()
+}
+
+// publicURL is the URL the provider called, as it signed it: the
+// configured public base (TLS is often ended by a proxy in front) or the
+// request's own host, and the request's path and query.
+func (r *Receiver) publicURL(req *http.Request) string {
+	base := strings.TrimRight(r.cfg.PublicURL, "/")
+	if base == "" {
+		scheme := "http"
+		if req.TLS != nil {
+			scheme = "https"
+		}
+		base = scheme + "://" + req.Host
+	}
+	return base + req.URL.RequestURI()
 }
 
 // keep stores a verified delivery and answers: 200 only once it is
 // durable, 500 (the provider retries) when it is not.
 func (r *Receiver) keep(w http.ResponseWriter, req *http.Request, ev store.WebhookEvent) {
-	ev.ReceivedAt = r.cfg.Now()
+	if ev.ReceivedAt.IsZero() {
+		ev.ReceivedAt = r.cfg.Now()
+	}
 	if err := r.store(req, ev); err != nil {
 		http.Error(w, "could not store the delivery; retry", http.StatusInternalServerError)
 		return

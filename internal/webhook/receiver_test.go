@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/msgq/msgq/internal/provider/httpapi"
+	"github.com/msgq/msgq/internal/provider/whatsapp"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/store/sqlite"
@@ -55,11 +57,12 @@ func newRig(t *testing.T, maxBody int64) *rig {
 	}
 	r := &rig{st: st}
 	r.rcv = webhook.NewReceiver(webhook.Config{
-		Store:        st,
-		WhatsApp:     []webhook.AppSecret{{Identity: "shop", Secret: []byte(appSecret)}},
-		VerifyTokens: []string{verifyToken},
-		HTTP:         []webhook.HTTPSecrets{{Identity: "api", Secrets: []verify.Secret{secretOld, secretNew}}},
-		MaxBody:      maxBody,
+		Store: st,
+		Routes: []webhook.Route{
+			{Identity: "shop", Kind: &whatsapp.Kind, Verifier: &whatsapp.Verifier{AppSecret: []byte(appSecret), VerifyToken: verifyToken}},
+			{Identity: "api", Kind: &httpapi.Kind, Verifier: &httpapi.Verifier{Secrets: []verify.Secret{secretOld, secretNew}}},
+		},
+		MaxBody: maxBody,
 	})
 	r.srv = httptest.NewServer(r.rcv.Handler())
 	t.Cleanup(func() {

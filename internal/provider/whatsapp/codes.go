@@ -19,49 +19,49 @@ const (
 	EcosystemDelay = 24 * time.Hour
 )
 
-// codeClasses is the table of docs/providers.md, code by code. Codes 200-299
+// codeGroups is the table of docs/providers.md, code by code, with what the
+// codes mean (msgq identities and Kind.Codes show it). Codes 200-299
 // (permissions) are a range, handled in CodeClass.
-var codeClasses = map[int64]retry.Class{
-	// Cannot authenticate / token expired.
-	0: retry.Identity, 190: retry.Identity,
-	// Permission missing (200-299 in CodeClass).
-	3: retry.Identity, 10: retry.Identity, 131005: retry.Identity,
-	// Phone number not registered.
-	133010: retry.Identity,
-	// Policy restriction, account locked, country restricted.
-	368: retry.Identity, 131031: retry.Identity, 130497: retry.Identity,
-	// Payment method.
-	131042: retry.Identity,
+var codeGroups = []struct {
+	codes   []int64
+	class   retry.Class
+	meaning string
+}{
+	{[]int64{0, 190}, retry.Identity, "cannot authenticate / token expired"},
+	{[]int64{3, 10, 131005}, retry.Identity, "permission missing (and 200-299)"},
+	{[]int64{133010}, retry.Identity, "phone number not registered"},
+	{[]int64{368, 131031, 130497}, retry.Identity, "policy restriction, account locked, country restricted"},
+	{[]int64{131042}, retry.Identity, "payment method"},
 
-	// App / account / throughput rate limit.
-	4: retry.RateLimited, 80007: retry.RateLimited, 130429: retry.RateLimited,
-	// Pair rate limit (that recipient only: the drain widens per-recipient
-	// spacing when it sees this code).
-	131056: retry.RateLimited,
-	// Spam rate limit; ecosystem engagement.
-	131048: retry.RateLimited, 131049: retry.RateLimited,
+	{[]int64{4, 80007, 130429}, retry.RateLimited, "app / account / throughput rate limit"},
+	// That recipient only: the drain widens per-recipient spacing when it
+	// sees this code.
+	{[]int64{131056}, retry.RateLimited, "pair rate limit (that recipient only)"},
+	{[]int64{131048, 131049}, retry.RateLimited, "spam rate limit; ecosystem engagement"},
 
-	// Outside the 24 h window: free-form text not allowed. The drain may
-	// switch to the row's fallback template on this code.
-	131047: retry.Permanent,
-	// Undeliverable; user stopped marketing; business blocked the user.
-	131026: retry.Permanent, 131050: retry.Permanent, 130403: retry.Permanent,
-	// Bad request / media / parameters.
-	131051: retry.Permanent, 131053: retry.Permanent, 100: retry.Permanent,
-	131008: retry.Permanent, 131009: retry.Permanent,
-	// Template problems.
-	132000: retry.Permanent, 132001: retry.Permanent, 132005: retry.Permanent,
-	132007: retry.Permanent, 132012: retry.Permanent, 132015: retry.Permanent,
-	132016: retry.Permanent,
+	// The drain may switch to the row's fallback template on this code.
+	{[]int64{131047}, retry.Permanent, "outside the 24 h window: free-form text not allowed"},
+	{[]int64{131026, 131050, 130403}, retry.Permanent, "undeliverable; user stopped marketing; business blocked the user"},
+	{[]int64{131051, 131053, 100, 131008, 131009}, retry.Permanent, "bad request / media / parameters"},
+	{[]int64{132000, 132001, 132005, 132007, 132012, 132015, 132016}, retry.Permanent, "template problems"},
 
-	// Unknown / service unavailable / downtime / maintenance: Meta's own
-	// "try again".
-	131000: retry.Transient, 131016: retry.Transient, 2: retry.Transient,
-	133004: retry.Transient, 131057: retry.Transient,
+	// Meta's own "try again".
+	{[]int64{131000, 131016, 2, 133004, 131057}, retry.Transient, "unknown / service unavailable / downtime / maintenance"},
 
-	// Invalid request or possible server error: we cannot tell which.
-	1: retry.Ambiguous,
+	// We cannot tell which.
+	{[]int64{1}, retry.Ambiguous, "invalid request or possible server error"},
 }
+
+// codeClasses is codeGroups by code.
+var codeClasses = func() map[int64]retry.Class {
+	out := map[int64]retry.Class{}
+	for _, g := range codeGroups {
+		for _, c := range g.codes {
+			out[c] = g.class
+		}
+	}
+	return out
+}()
 
 var codeDelays = map[int64]time.Duration{
 	131056: PairRateLimitDelay,

@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 // expireBatch bounds how many past-deadline rows one claim fails.
@@ -45,7 +45,7 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		start = &t
 	}
 	_, horizon := p.Window(time.Now) // the horizon only
-	if unpaced(p.Pacing) {
+	if unpaced(p.Pacing) && !limited(p.DailyRecipients) {
 		return s.claimUnpaced(ctx, p, start, horizon)
 	}
 	var claimed []store.Claimed
@@ -79,6 +79,10 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		if err != nil {
 			return err
 		}
+		daily, err := lockDaily(ctx, tx, cands, p.DailyRecipients)
+		if err != nil {
+			return err
+		}
 		// The clock again, now that the identities' slots are locked: a
 		// claim that waited for another's lock must not hand out slots
 		// counted from before its wait, which have passed by now, so that
@@ -87,26 +91,24 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		if err != nil {
 			return err
 		}
-		res, err := state.Transition(state.Queued, state.Event{Kind: state.Claim})
+		lease, err := rules.NewLease(p, now)
 		if err != nil {
 			return err
 		}
-		until := now.Add(p.LeaseFor).Truncate(store.Resolution)
-		var ids []string
-		for _, m := range cands {
-			if len(claimed) == p.Limit {
-				break
-			}
-			slot, ok := pace.Take(m, now, horizon)
-			if !ok {
-				continue
-			}
-			m.State, m.LeaseOwner, m.LeaseUntil, m.Attempts, m.UpdatedAt = res.To, p.Owner, &until, m.Attempts+1, now
-			claimed = append(claimed, store.Claimed{Message: *m, SlotAt: slot})
-			ids = append(ids, m.ID)
+		if err := loadDaily(ctx, tx, daily, cands, now); err != nil {
+			return err
+		}
+		lease.Daily = daily
+		claimed = lease.Take(cands, pace, p.Limit, horizon)
+		if err := saveDaily(ctx, tx, daily, now); err != nil {
+			return err
 		}
 		if len(claimed) == 0 {
 			return nil
+		}
+		ids := make([]string, len(claimed))
+		for i := range claimed {
+			ids[i] = claimed[i].ID
 		}
 		// By id alone: the candidate SELECT locked these rows while they
 		// were queued, and the row count below confirms it. A "state =
@@ -114,7 +116,7 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		// stale statistics the planner then scans that whole index for
 		// the ids (54 ms for 30 rows over 20,000) instead of the key.
 		tag, err := tx.Exec(ctx, "UPDATE messages SET state = $1, lease_owner = $2, lease_until = $3, attempts = attempts + 1, "+
-			"updated_at = $4 WHERE id = ANY($5::text[])", string(res.To), p.Owner, until, now, ids)
+			"updated_at = $4 WHERE id = ANY($5::text[])", string(lease.To), lease.Owner, lease.Until, lease.At, ids)
 		if err != nil {
 			return fmt.Errorf("postgres: claim: %w", err)
 		}
@@ -124,7 +126,7 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 		if _, err := tx.Exec(ctx, "INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
 			"SELECT v.id, $2, $3, '', $4, true, $5, $6, $7, (SELECT coalesce(max(seq), 0) + 1 FROM history h WHERE h.message_id = v.id) "+
 			"FROM unnest($1::text[]) AS v(id)",
-			ids, string(state.Queued), string(res.To), string(state.Claim), store.SourceDrain, "lease "+p.Owner, now); err != nil {
+			ids, string(lease.From), string(lease.To), lease.Event, lease.Source, lease.Detail, lease.At); err != nil {
 			return fmt.Errorf("postgres: claim history: %w", err)
 		}
 		return savePace(ctx, tx, pace)
@@ -190,41 +192,41 @@ const (
 // the small tables' scans are the right plans.)
 func queueClaimPrelude(b *pgx.Batch, now *time.Time) {
 	b.Queue("SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)")
-	expired, err1 := state.Transition(state.Queued, state.Event{Kind: state.Fail, Reason: state.Expired})
-	abandoned, err2 := state.Transition(state.Queued, state.Event{Kind: state.Abandon})
+	expired, err1 := rules.Expire(false)
+	abandoned, err2 := rules.Expire(true)
 	if err := errors.Join(err1, err2); err != nil {
 		panic(err) // the machine's own table: covered by its tests
 	}
 	b.Queue(expireSQL, now, expireBatch,
-		string(expired.To), string(expired.Reason), state.Event{Kind: state.Fail, Reason: state.Expired}.String(),
-		string(abandoned.To), string(abandoned.Reason), state.Event{Kind: state.Abandon}.String(), store.SourceDrain)
+		string(expired.Result.To), string(expired.Result.Reason), expired.Event.String(), expired.Detail,
+		string(abandoned.Result.To), string(abandoned.Result.Reason), abandoned.Event.String(), abandoned.Detail, store.SourceDrain)
 }
 
 // expireSQL ends queued rows whose deadline has passed, with their history
 // rows, in one statement: a row none of whose calls can have gone out
 // fails as expired; one whose earlier call may have (maybe_sent) becomes
-// unknown, for a person to decide. The transitions' results are computed
-// by the state machine and passed in. Rows another transaction holds are
+// unknown, for a person to decide. Both of rules.Expire's answers are
+// passed in ($3 to $6 expired, $7 to $10 abandoned), and the row's
+// maybe_sent picks one. Rows another transaction holds are
 // left for a later claim.
 const expireSQL = `WITH e AS (
 	SELECT id, maybe_sent FROM messages WHERE state = 'queued' AND expires_at IS NOT NULL AND expires_at <= coalesce($1::timestamptz, now())
 	LIMIT $2 FOR UPDATE SKIP LOCKED
 ), u AS (
 	UPDATE messages m SET
-		state = CASE WHEN e.maybe_sent THEN $6 ELSE $3 END,
-		reason = CASE WHEN e.maybe_sent THEN $7 ELSE $4 END,
+		state = CASE WHEN e.maybe_sent THEN $7 ELSE $3 END,
+		reason = CASE WHEN e.maybe_sent THEN $8 ELSE $4 END,
 		updated_at = coalesce($1::timestamptz, now())
 	FROM e WHERE m.id = e.id
 	RETURNING m.id, e.maybe_sent
 )
 INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
 SELECT u.id, 'queued',
-	CASE WHEN u.maybe_sent THEN $6 ELSE $3 END,
-	CASE WHEN u.maybe_sent THEN $7 ELSE $4 END,
-	CASE WHEN u.maybe_sent THEN $8 ELSE $5 END,
-	true, $9,
-	CASE WHEN u.maybe_sent THEN 'deadline passed; an earlier call may have reached the phone'
-		ELSE 'deadline passed before it could be sent' END,
+	CASE WHEN u.maybe_sent THEN $7 ELSE $3 END,
+	CASE WHEN u.maybe_sent THEN $8 ELSE $4 END,
+	CASE WHEN u.maybe_sent THEN $9 ELSE $5 END,
+	true, $11,
+	CASE WHEN u.maybe_sent THEN $10 ELSE $6 END,
 	coalesce($1::timestamptz, now()), (SELECT coalesce(max(h.seq), 0) + 1 FROM history h WHERE h.message_id = u.id)
 FROM u`
 
@@ -233,7 +235,8 @@ FROM u`
 // each with the slot a deferral may have left (the later of its
 // identity's and its recipient's).
 func (s *Store) claimUnpaced(ctx context.Context, p *store.ClaimParams, now *time.Time, horizon time.Duration) ([]store.Claimed, error) {
-	res, err := state.Transition(state.Queued, state.Event{Kind: state.Claim})
+	// The statement reads the clock: the lease's time and end are its.
+	lease, err := rules.NewLease(p, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -247,13 +250,13 @@ func (s *Store) claimUnpaced(ctx context.Context, p *store.ClaimParams, now *tim
 	SELECT id FROM messages WHERE ` + where + `
 	ORDER BY lane DESC, next_attempt_at, id LIMIT ` + arg(p.Limit) + ` FOR UPDATE SKIP LOCKED
 ), u AS (
-	UPDATE messages m SET state = ` + arg(string(res.To)) + `, lease_owner = ` + arg(p.Owner) + `, lease_until = ` + claimNow + ` + ` + arg(p.LeaseFor.Microseconds()) + `::bigint * interval '1 microsecond',
+	UPDATE messages m SET state = ` + arg(string(lease.To)) + `, lease_owner = ` + arg(lease.Owner) + `, lease_until = ` + claimNow + ` + ` + arg(p.LeaseFor.Microseconds()) + `::bigint * interval '1 microsecond',
 		attempts = m.attempts + 1, updated_at = ` + claimNow + `
 	FROM c WHERE m.id = c.id
 	RETURNING m.*
 ), h AS (
 	INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
-	SELECT u.id, ` + arg(string(state.Queued)) + `, u.state, '', ` + arg(string(state.Claim)) + `, true, ` + arg(store.SourceDrain) + `, ` + arg("lease "+p.Owner) + `, ` + claimNow + `,
+	SELECT u.id, ` + arg(string(lease.From)) + `, u.state, '', ` + arg(lease.Event) + `, true, ` + arg(lease.Source) + `, ` + arg(lease.Detail) + `, ` + claimNow + `,
 		(SELECT coalesce(max(hh.seq), 0) + 1 FROM history hh WHERE hh.message_id = u.id)
 	FROM u
 )

@@ -14,37 +14,21 @@ import (
 // what a later migration does to data written before it.
 func migrateTo(t *testing.T, s *Store, v int) {
 	t.Helper()
-	ctx := context.Background()
-	ms, err := store.ParseMigrations(migrationFS, "migrations")
-	if err != nil {
+	if _, err := s.migrate(context.Background(), v); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if m.Version > v {
-			break
-		}
-		if _, err := s.pool.Exec(ctx, m.SQL); err != nil {
-			t.Fatalf("migration %s: %v", m.Name, err)
-		}
-		if _, err := s.pool.Exec(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, now())", m.Version); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
 // TestMigrationListsProviderIDCollisionsInsteadOfFailing: rows written
 // before provider ids were unique per identity may share one. Migration
-// 0007 must not fail on them (nor drop or change them): it marks them,
+// 0008 must not fail on them (nor drop or change them): it marks them,
 // the store lists them, and evidence naming the id is set aside.
 func TestMigrationListsProviderIDCollisionsInsteadOfFailing(t *testing.T) {
 	url := testURL(t)
 	t.Parallel()
 	ctx := context.Background()
 	s := open(t, url, freshSchema(t, url), Options{NoMigrate: true})
-	migrateTo(t, s.Store, 6)
+	migrateTo(t, s.Store, 7)
 	ids := map[string]string{}
 	for _, k := range []struct{ key, identity string }{{"a", "demo-1"}, {"b", "demo-1"}, {"c", "demo-2"}, {"d", "demo-1"}} {
 		p := storetest.Params(k.key)
@@ -64,7 +48,7 @@ func TestMigrationListsProviderIDCollisionsInsteadOfFailing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the migration failed on existing collisions: %v", err)
 	}
-	if len(applied) == 0 || applied[0] != 7 {
+	if len(applied) == 0 || applied[0] != 8 {
 		t.Errorf("applied %v", applied)
 	}
 	col, err := s.ProviderIDCollisions(ctx, 0)

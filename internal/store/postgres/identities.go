@@ -17,10 +17,7 @@ func (s *Store) IdentityPause(ctx context.Context, name, reason string) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, "INSERT INTO identities (name, paused, paused_reason, paused_at, updated_at) VALUES ($1, true, $2, $3, $3) "+
-		"ON CONFLICT (name) DO UPDATE SET paused = true, paused_reason = excluded.paused_reason, "+
-		"paused_at = CASE WHEN identities.paused THEN identities.paused_at ELSE excluded.paused_at END, updated_at = excluded.updated_at",
-		name, reason, now)
+	_, err = s.pool.Exec(ctx, pauseSQL, name, reason, now)
 	if err != nil {
 		return fmt.Errorf("postgres: pause %s: %w", name, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 const messageCols = `id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
@@ -87,9 +88,9 @@ func writeEnqueueHistory(ctx context.Context, tx pgx.Tx, ids []string, now time.
 // distinctKeys says no (tenant, key) repeats in a batch sorted by them:
 // COPY would refuse the second, which must be a replay or conflict of the
 // first instead.
-func distinctKeys(sorted []pending) bool {
+func distinctKeys(sorted []rules.Pending) bool {
 	for i := 1; i < len(sorted); i++ {
-		a, b := sorted[i-1].msg, sorted[i].msg
+		a, b := sorted[i-1].Msg, sorted[i].Msg
 		if a.Tenant == b.Tenant && a.Key == b.Key {
 			return false
 		}
@@ -97,22 +98,52 @@ func distinctKeys(sorted []pending) bool {
 	return true
 }
 
-// MessageEnqueue creates one row or finds its replay.
-func (s *Store) MessageEnqueue(ctx context.Context, p *store.EnqueueParams) (*store.EnqueueResult, error) {
-	res, err := s.MessageEnqueueMany(ctx, []store.EnqueueParams{*p})
+// enqueueFreshSQL writes one new message, its first history row and the
+// announcement to waiting drains in one statement, so in one round trip
+// and one (implicit) transaction: the data-modifying WITH clauses all run,
+// and the history row and pg_notify follow the message's insert only when
+// the unique index took it. ON CONFLICT DO NOTHING leaves an existing key
+// alone and returns no row. The notification is delivered at commit, as
+// writeEnqueueHistory's. Its arguments are insertMessagesSQL's, one
+// message's, then the history row's constants.
+const enqueueFreshSQL = `WITH m AS (
+	INSERT INTO messages (id, tenant, key, body_hash, recipient, channel, identity, purpose,
+		trigger_ref, lane, payload, state, next_attempt_at, expires_at, resend_of, created_at, updated_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16)` + onConflictSQL + `
+), h AS (
+	INSERT INTO history (message_id, seq, from_state, to_state, reason, event, applied, source, detail, at)
+	SELECT id, 1, $17, $18, '', $19, true, $20, '', $16 FROM m
+)
+SELECT pg_notify('` + notifyChannel + `', current_schema()) IS NULL FROM m`
+
+// enqueueFresh tries m as a new row: one autocommitted statement
+// (enqueueFreshSQL) in place of BEGIN, the insert, the history row, the
+// notification and COMMIT, five round trips. It says whether the row was
+// written; false means its key exists, and nothing was written.
+func (s *Store) enqueueFresh(ctx context.Context, m *store.Message, now time.Time) (bool, error) {
+	payload, _ := json.Marshal(m.Payload)
+	rs, err := s.pool.Query(ctx, enqueueFreshSQL,
+		m.ID, m.Tenant, m.Key, m.BodyHash, m.To, m.Channel, m.Identity, m.Purpose, m.TriggerRef, m.Lane,
+		string(payload), string(m.State), m.NextAttemptAt, m.ExpiresAt, m.ResendOf, now,
+		string(state.None), string(state.Queued), string(state.Enqueue), store.SourceSend)
 	if err != nil {
-		return nil, err
+		return false, fmt.Errorf("postgres: enqueue: %w", err)
 	}
-	if res[0].Err != nil {
-		return nil, res[0].Err
+	n := 0
+	for rs.Next() {
+		n++
 	}
-	return &res[0], nil
+	// Err reports the statement's failure and, for an autocommitted one,
+	// its commit's.
+	if err := rs.Err(); err != nil {
+		return false, fmt.Errorf("postgres: enqueue: %w", err)
+	}
+	return n == 1, nil
 }
 
-type pending struct {
-	idx  int
-	msg  *store.Message
-	hash string
+// MessageEnqueue creates one row or finds its replay.
+func (s *Store) MessageEnqueue(ctx context.Context, p *store.EnqueueParams) (*store.EnqueueResult, error) {
+	return rules.One(s.MessageEnqueueMany(ctx, []store.EnqueueParams{*p}))
 }
 
 // MessageEnqueueMany writes a batch in one transaction. The unique index
@@ -124,29 +155,30 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 	if err != nil {
 		return nil, err
 	}
-	results := make([]store.EnqueueResult, len(ps))
-	var rows []pending
-	for i := range ps {
-		p := ps[i]
-		p.Normalize()
-		p.Resolve(now)
-		if err := p.Validate(now); err != nil {
-			results[i].Err = err
-			continue
-		}
-		m := store.NewMessage(&p, s.ids.New(now), now)
-		rows = append(rows, pending{idx: i, msg: m, hash: m.BodyHash})
-	}
+	results, rows := rules.Enqueue(ps, now, s.ids.New)
 	if len(rows) == 0 {
 		return results, nil
+	}
+	if len(rows) == 1 {
+		fresh, err := s.enqueueFresh(ctx, rows[0].Msg, now)
+		if err != nil {
+			return nil, err
+		}
+		if fresh {
+			results[rows[0].Idx] = store.EnqueueResult{Message: rows[0].Msg}
+			return results, nil
+		}
+		// The key exists (or did while the statement ran): the
+		// transaction below decides replay, revival or conflict, as for
+		// any batch.
 	}
 	// Insert in (tenant, key) order, so that concurrent batches sharing
 	// keys wait for each other instead of deadlocking; an earlier item of
 	// one key still goes first (stable sort).
-	order := make([]pending, len(rows))
+	order := make([]rules.Pending, len(rows))
 	copy(order, rows)
 	sort.SliceStable(order, func(i, j int) bool {
-		a, b := order[i].msg, order[j].msg
+		a, b := order[i].Msg, order[j].Msg
 		if a.Tenant != b.Tenant {
 			return a.Tenant < b.Tenant
 		}
@@ -161,7 +193,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 	exps := make([]*time.Time, n)
 	resends := make([]string, n)
 	for i, r := range order {
-		m := r.msg
+		m := r.Msg
 		payload, _ := json.Marshal(m.Payload)
 		for c, v := range []string{m.ID, m.Tenant, m.Key, m.BodyHash, m.To, m.Channel, m.Identity, m.Purpose,
 			m.TriggerRef, m.Lane, string(payload), string(m.State)} {
@@ -183,7 +215,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 			}
 			if done {
 				for _, r := range rows {
-					results[r.idx] = store.EnqueueResult{Message: r.msg}
+					results[r.Idx] = store.EnqueueResult{Message: r.Msg}
 				}
 				return nil
 			}
@@ -200,17 +232,12 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		for _, id := range ids {
 			inserted[id] = true
 		}
-		var newIDs []string
-		var others []pending
-		for _, r := range rows {
-			if inserted[r.msg.ID] {
-				newIDs = append(newIDs, r.msg.ID)
-				results[r.idx] = store.EnqueueResult{Message: r.msg}
-			} else {
-				others = append(others, r)
+		fresh, others := rules.Inserted(results, rows, inserted)
+		if len(fresh) > 0 {
+			newIDs := make([]string, len(fresh))
+			for i, m := range fresh {
+				newIDs[i] = m.ID
 			}
-		}
-		if len(newIDs) > 0 {
 			if err := writeEnqueueHistory(ctx, tx, newIDs, now); err != nil {
 				return err
 			}
@@ -220,7 +247,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		}
 		tenants, keys := make([]string, len(others)), make([]string, len(others))
 		for i, r := range others {
-			tenants[i], keys[i] = r.msg.Tenant, r.msg.Key
+			tenants[i], keys[i] = r.Msg.Tenant, r.Msg.Key
 		}
 		rs, err = tx.Query(ctx, "SELECT "+messageCols+" FROM messages WHERE (tenant, key) IN "+
 			"(SELECT t, k FROM unnest($1::text[], $2::text[]) AS u(t, k))", tenants, keys)
@@ -233,23 +260,20 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		}
 		existing := make(map[string]*store.Message, len(found))
 		for i := range found {
-			existing[found[i].Tenant+"\x00"+found[i].Key] = &found[i]
+			existing[rules.Key(found[i].Tenant, found[i].Key)] = &found[i]
 		}
-		replays, conflicts := 0, 0
-		for _, r := range others {
-			m := existing[r.msg.Tenant+"\x00"+r.msg.Key]
-			switch {
-			case m == nil:
-				return fmt.Errorf("postgres: enqueue: key %q neither inserted nor found", r.msg.Key)
-			case m.BodyHash == r.hash:
-				results[r.idx] = store.EnqueueResult{Message: m, Replayed: true}
-				replays++
-			default:
-				results[r.idx] = store.EnqueueResult{Err: &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: m.ID}}
-				conflicts++
-			}
+		facts, err := reviveFacts(ctx, tx, rules.Candidates(others, existing), existing)
+		if err != nil {
+			return err
 		}
-		if err := countRefusedWrites(ctx, tx, now, replays, conflicts); err != nil {
+		settled, err := rules.Settle(results, others, existing, facts, now)
+		if err != nil {
+			return fmt.Errorf("postgres: %w", err)
+		}
+		if err := writeRevivals(ctx, tx, settled.Revivals); err != nil {
+			return err
+		}
+		if err := countRefusedWrites(ctx, tx, now, settled.Replays, settled.Conflicts); err != nil {
 			return err
 		}
 		return nil
@@ -258,6 +282,83 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		return nil, err
 	}
 	return results, nil
+}
+
+// reviveFacts locks the rows that may revive (in id order, so that two
+// enqueues never deadlock) and reads them again with what rules.Settle
+// needs: whether the recipient is opted out of the row's identity now,
+// and whether any provider call was recorded for it. The fresh rows
+// replace those in existing: another sender may have revived one since
+// the lookup, and this enqueue is then a replay of it.
+func reviveFacts(ctx context.Context, tx pgx.Tx, ms []*store.Message, existing map[string]*store.Message) (map[string]rules.Facts, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	rs, err := tx.Query(ctx, "SELECT "+messageCols+", "+
+		"EXISTS (SELECT 1 FROM opt_outs o WHERE o.identity = m.identity AND o.recipient = m.recipient AND o.opted_out), "+
+		"EXISTS (SELECT 1 FROM attempts a WHERE a.message_id = m.id) "+
+		"FROM messages m WHERE m.id = ANY($1) ORDER BY m.id FOR UPDATE OF m", ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue revive check: %w", err)
+	}
+	defer rs.Close()
+	out := make(map[string]rules.Facts, len(ms))
+	for rs.Next() {
+		var f rules.Facts
+		m, err := scanMessage(extraCols{rs, []any{&f.Holds, &f.Called}})
+		if err != nil {
+			return nil, fmt.Errorf("postgres: enqueue revive check: %w", err)
+		}
+		existing[rules.Key(m.Tenant, m.Key)] = m
+		out[m.ID] = f
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: enqueue revive check: %w", err)
+	}
+	return out, nil
+}
+
+// extraCols scans a row of messageCols followed by more columns.
+type extraCols struct {
+	pgx.Row
+	extra []any
+}
+
+func (r extraCols) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
+
+// writeRevivals queues the revived rows again, each conditionally on the
+// refusal it was decided on (the rows are locked), with its history row,
+// and announces them to waiting drains.
+func writeRevivals(ctx context.Context, tx pgx.Tx, vs []rules.Revival) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	for _, v := range vs {
+		tag, err := tx.Exec(ctx, "UPDATE messages SET state = $1, reason = $2, next_attempt_at = $3, expires_at = $4, last_error = '', updated_at = $5 "+
+			"WHERE id = $6 AND state = $7 AND reason = $8 AND attempts = 0",
+			string(v.History.To), string(v.History.Reason), v.NextAt, v.ExpiresAt, v.At, v.ID, string(v.History.From), string(v.Reason))
+		if err != nil {
+			return fmt.Errorf("postgres: enqueue revive: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			// The row is locked since it was read: this is a fault.
+			return fmt.Errorf("postgres: enqueue revive: message %s: %d rows changed", v.ID, tag.RowsAffected())
+		}
+		h := v.History
+		if _, err := tx.Exec(ctx, "INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
+			"SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
+			h.MessageID, string(h.From), string(h.To), string(h.Reason), h.Event, h.Applied, h.Source, h.Detail, h.At); err != nil {
+			return fmt.Errorf("postgres: enqueue revive history: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, notifySQL); err != nil {
+		return fmt.Errorf("postgres: enqueue notify: %w", err)
+	}
+	return nil
 }
 
 func scanMessage(row pgx.Row) (*store.Message, error) {
@@ -572,8 +673,8 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 	var recheck []int
 	for i := range ps {
 		p := &ps[i]
-		res, err := state.Transition(p.From, p.Event)
-		if err != nil || p.Event.Kind == state.Claim || p.Event.Kind == state.Enqueue {
+		res, err := rules.Machine(p)
+		if err != nil {
 			recheck = append(recheck, i) // the error comes from the full check, row first
 			continue
 		}
@@ -585,7 +686,7 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 				return err
 			}
 		}
-		items = append(items, checkedTransition{i: i, p: p, res: res, now: now})
+		items = append(items, checkedTransition{i: i, w: rules.Plan(p, res, now)})
 		out[i].State = res.To
 	}
 	changed, err := writeTransitions(ctx, tx, items)
@@ -593,7 +694,7 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 		return err
 	}
 	for _, c := range items {
-		if !changed[c.p.ID] {
+		if !changed[c.w.ID] {
 			recheck = append(recheck, c.i)
 		}
 	}
@@ -608,7 +709,7 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 	if err != nil {
 		return err
 	}
-	var kept []keptTransition
+	var kept []rules.Record
 	for _, i := range recheck {
 		p := &ps[i]
 		out[i].State = ""
@@ -617,10 +718,10 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 			out[i].Err = store.ErrNotFound
 			continue
 		}
-		if _, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil, time.Time{}); err != nil {
+		if _, now, err := rules.Check(p, *r, time.Time{}); err != nil {
 			out[i].Err = err
 			if p.KeepIfStale && errors.Is(err, store.ErrStale) {
-				kept = append(kept, keptTransition{p, r, now})
+				kept = append(kept, rules.Kept(p, *r, now))
 			}
 			continue
 		}
@@ -628,38 +729,30 @@ func (s *Store) transitionConditional(ctx context.Context, tx dbtx, ps []store.T
 		// in between, so what the caller read is stale all the same.
 		out[i].Err = fmt.Errorf("%w: message %s changed while the transition was written", store.ErrStale, p.ID)
 		if p.KeepIfStale {
-			kept = append(kept, keptTransition{p, r, time.Time{}}) // written at now()
+			kept = append(kept, rules.Kept(p, *r, time.Time{})) // written at now()
 		}
 	}
 	return keepStale(ctx, tx, kept)
 }
 
-// keptTransition is a transition that lost to a row that moved on, kept
-// as evidence (TransitionParams.KeepIfStale).
-type keptTransition struct {
-	p   *store.TransitionParams
-	r   *rowState
-	now time.Time
-}
-
-// keepStale records ks: each one's attempt and a history entry that
-// changes nothing. The rows themselves are not touched. Stale answers
-// are rare (a drain that lost its lease), so one statement each will do.
-func keepStale(ctx context.Context, tx dbtx, ks []keptTransition) error {
+// keepStale writes the records of transitions that lost to rows that
+// moved on (TransitionParams.KeepIfStale). Stale answers are rare (a
+// drain that lost its lease), so one statement each will do.
+func keepStale(ctx context.Context, tx dbtx, ks []rules.Record) error {
 	for _, k := range ks {
-		p, cur := k.p, state.State(k.r.state)
+		h := k.History
 		var at *time.Time // nil: the server's clock
-		if !k.now.IsZero() {
-			at = &k.now
+		if !h.At.IsZero() {
+			at = &h.At
 		}
 		if err := execQuery(ctx, tx, "INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
-			"SELECT $1, $2, $2, '', $3, false, $4, $5, coalesce($6::timestamptz, now()), coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
-			p.ID, string(cur), p.Event.String(), p.Source, store.StaleDetail(p, cur, k.r.leaseOwner, k.r.leaseUntil), at); err != nil {
+			"SELECT $1, $2, $3, $4, $5, $6, $7, $8, coalesce($9::timestamptz, now()), coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
+			h.MessageID, string(h.From), string(h.To), string(h.Reason), h.Event, h.Applied, h.Source, h.Detail, at); err != nil {
 			return fmt.Errorf("postgres: transition history: %w", err)
 		}
-		if a := p.Attempt; a != nil {
+		if a := k.Attempt; a != nil {
 			if err := execQuery(ctx, tx, "INSERT INTO attempts ("+attemptCols+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-				p.ID, a.Number, a.StartedAt.UTC().Truncate(store.Resolution), a.FinishedAt.UTC().Truncate(store.Resolution), a.Class,
+				a.MessageID, a.Number, a.StartedAt, a.FinishedAt, a.Class,
 				a.HTTPStatus, a.ProviderCode, a.ProviderSubcode, a.RawError, a.Latency.Microseconds()); err != nil {
 				return fmt.Errorf("postgres: transition attempt: %w", err)
 			}
@@ -696,7 +789,7 @@ func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.Tran
 		return err
 	}
 	var checked []checkedTransition
-	var kept []keptTransition
+	var kept []rules.Record
 	seen := make(map[string]bool, len(ps))
 	distinct := true
 	for i := range ps {
@@ -706,26 +799,19 @@ func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.Tran
 			out[i].Err = store.ErrNotFound
 			continue
 		}
-		res, now, err := s.checkTransition(p, r.state, r.leaseOwner, r.leaseUntil, clock)
+		res, now, err := rules.Check(p, *r, clock)
 		if err != nil {
 			out[i].Err = err // every check failure is the item's own
 			if p.KeepIfStale && errors.Is(err, store.ErrStale) {
-				rc := *r // as it is now: later items may change r
-				kept = append(kept, keptTransition{p, &rc, now})
+				kept = append(kept, rules.Kept(p, *r, now))
 			}
 			continue
 		}
-		checked = append(checked, checkedTransition{i: i, p: p, res: res, now: now})
+		checked = append(checked, checkedTransition{i: i, w: rules.Plan(p, res, now)})
 		distinct = distinct && !seen[p.ID]
 		seen[p.ID] = true
 		out[i].State = res.To
-		// Later items for the same row see this one's result.
-		if res.Applied {
-			r.state = string(res.To)
-			if res.To != state.Sending {
-				r.leaseOwner, r.leaseUntil = "", nil
-			}
-		}
+		*r = r.After(res) // later items for the same row see this one's result
 	}
 	if err := keepStale(ctx, tx, kept); err != nil {
 		return err
@@ -749,7 +835,7 @@ func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.Tran
 	var updates []int // batch positions of the UPDATEs, to check each changed one row
 	for _, c := range checked {
 		updates = append(updates, b.Len())
-		queueTransition(b, c.p, c.res, c.now)
+		queueTransition(b, c.w)
 	}
 	br := tx.SendBatch(ctx, b)
 	defer br.Close()
@@ -770,19 +856,20 @@ func (s *Store) transitionLocked(ctx context.Context, tx pgx.Tx, ps []store.Tran
 }
 
 // readRowStates reads what the transition checks need of rows, by id.
-func readRowStates(ctx context.Context, tx dbtx, ids []string, lock string) (map[string]*rowState, error) {
+func readRowStates(ctx context.Context, tx dbtx, ids []string, lock string) (map[string]*rules.Row, error) {
 	rows, err := tx.Query(ctx, "SELECT id, state, lease_owner, lease_until FROM messages WHERE id = ANY($1) ORDER BY id"+lock, ids)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: transition: %w", err)
 	}
 	defer rows.Close()
-	cur := map[string]*rowState{}
+	cur := map[string]*rules.Row{}
 	for rows.Next() {
-		var id string
-		r := &rowState{}
-		if err := rows.Scan(&id, &r.state, &r.leaseOwner, &r.leaseUntil); err != nil {
+		var id, st string
+		r := &rules.Row{}
+		if err := rows.Scan(&id, &st, &r.LeaseOwner, &r.LeaseUntil); err != nil {
 			return nil, fmt.Errorf("postgres: transition: %w", err)
 		}
+		r.State = state.State(st)
 		cur[id] = r
 	}
 	if err := rows.Err(); err != nil {
@@ -791,12 +878,11 @@ func readRowStates(ctx context.Context, tx dbtx, ids []string, lock string) (map
 	return cur, nil
 }
 
-// checkedTransition is one item whose transition the machine allows.
+// checkedTransition is one item whose transition the machine allows: its
+// place in the batch and its write.
 type checkedTransition struct {
-	i   int
-	p   *store.TransitionParams
-	res state.Result
-	now time.Time
+	i int
+	w rules.Write
 }
 
 // transitionSQL writes a batch of transitions (distinct rows) as one
@@ -842,7 +928,7 @@ const transitionSQL = `WITH x AS (
 	RETURNING m.id
 ), c AS (
 	-- A provider id another row of the identity has already (a provider
-	-- that issued it twice) marks that row too: see migration 0007.
+	-- that issued it twice) marks that row too: see migration 0008.
 	UPDATE messages o SET provider_id_collision = o.id
 	FROM v JOIN messages vm ON vm.id = v.id
 	WHERE v.provider_id <> '' AND o.identity = vm.identity AND o.provider_id = v.provider_id AND o.provider_id <> ''
@@ -885,32 +971,28 @@ func writeTransitions(ctx context.Context, tx dbtx, cs []checkedTransition) (map
 		aStart, aEnd                        = []time.Time{}, []time.Time{}
 		aLatency                            = []int64{}
 	)
+	ptr := func(t time.Time) *time.Time {
+		if t.IsZero() {
+			return nil
+		}
+		return &t
+	}
 	for i, c := range cs {
-		p, res := c.p, c.res
-		ids[i], froms[i], owners[i] = p.ID, string(p.From), p.LeaseOwner
-		if p.LeaseOwner != "" && !p.LeaseUntil.IsZero() {
-			lu := p.LeaseUntil.UTC().Truncate(store.Resolution)
-			leaseUntils[i] = &lu
-		}
-		applied[i], toStates[i], reasons[i] = res.Applied, string(res.To), string(res.Reason)
-		clearLease[i] = res.Applied && res.To != state.Sending
-		if !c.now.IsZero() {
-			at := c.now
-			ats[i] = &at
-		}
-		if res.Applied && res.To == state.Queued {
-			if next := p.NextAttemptAt.UTC().Truncate(store.Resolution); !p.NextAttemptAt.IsZero() {
-				nexts[i] = &next
-			} else {
-				in := max(p.NextAttemptIn, 0).Microseconds()
+		w := c.w
+		ids[i], froms[i], owners[i], leaseUntils[i] = w.ID, string(w.From), w.LeaseOwner, ptr(w.LeaseUntil)
+		applied[i], toStates[i], reasons[i], clearLease[i] = w.Applied, string(w.State), string(w.Reason), w.ClearLease
+		ats[i] = ptr(w.At)
+		if w.Next {
+			if nexts[i] = ptr(w.NextAt); nexts[i] == nil {
+				in := w.NextIn.Microseconds()
 				nextIns[i] = &in
 			}
 		}
-		providerIDs[i], maybeSent[i], noCall[i], lastErrors[i], resolutions[i] = p.ProviderID, p.MaybeSent, p.NoCall, p.LastError, p.Resolution
-		events[i], sources[i], details[i] = p.Event.String(), p.Source, p.Detail
-		if a := p.Attempt; a != nil {
-			aIDs, aNum = append(aIDs, p.ID), append(aNum, int32(a.Number))
-			aStart, aEnd = append(aStart, a.StartedAt.UTC().Truncate(store.Resolution)), append(aEnd, a.FinishedAt.UTC().Truncate(store.Resolution))
+		providerIDs[i], maybeSent[i], noCall[i], lastErrors[i], resolutions[i] = w.ProviderID, w.MaybeSent, w.NoCall, w.LastError, w.Resolution
+		events[i], sources[i], details[i] = w.History.Event, w.History.Source, w.History.Detail
+		if a := w.Attempt; a != nil {
+			aIDs, aNum = append(aIDs, a.MessageID), append(aNum, int32(a.Number))
+			aStart, aEnd = append(aStart, a.StartedAt), append(aEnd, a.FinishedAt)
 			aClass, aHTTP = append(aClass, a.Class), append(aHTTP, int32(a.HTTPStatus))
 			aCode, aSubcode, aRaw = append(aCode, a.ProviderCode), append(aSubcode, a.ProviderSubcode), append(aRaw, a.RawError)
 			aLatency = append(aLatency, a.Latency.Microseconds())
@@ -932,102 +1014,64 @@ func writeTransitions(ctx context.Context, tx dbtx, cs []checkedTransition) (map
 	return changed, nil
 }
 
-// rowState is what a transition reads of its row.
-type rowState struct {
-	state      string
-	leaseOwner string
-	leaseUntil *time.Time
-}
-
-// checkTransition decides p against the row's current state and lease;
-// its errors are the item's own.
-// clock is the store's clock at the check (zero: the check needs none,
-// as for an event that needs no expired lease).
-func (s *Store) checkTransition(p *store.TransitionParams, cur, leaseOwner string, leaseUntil *time.Time, clock time.Time) (state.Result, time.Time, error) {
-	if p.Event.Kind == state.Claim || p.Event.Kind == state.Enqueue {
-		return state.Result{}, time.Time{}, &store.InvalidError{Field: "event", Msg: string(p.Event.Kind) + " has its own store method"}
-	}
-	res, err := state.Transition(p.From, p.Event)
-	if err != nil {
-		return res, time.Time{}, err
-	}
-	now := clock
-	if !p.Now.IsZero() {
-		now = p.Now.UTC().Truncate(store.Resolution)
-	}
-	if state.State(cur) != p.From || !p.LeaseMatches(leaseOwner, leaseUntil) {
-		return res, now, fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
-	}
-	// A verdict on a sending row is only for one whose drain vanished: a
-	// lease not over yet (its end plus the takeover margin) means a drain
-	// may still be mid-call and owns the answer.
-	if store.NeedsExpiredLease(p.Event.Kind) && cur == string(state.Sending) && leaseUntil != nil && !store.LeaseOver(*leaseUntil, now) {
-		return res, now, store.LeaseLiveError(p.ID, leaseOwner, *leaseUntil)
-	}
-	return res, now, nil
-}
-
-// queueTransition queues the writes of one checked transition: the
-// conditional update (always first), the history row and the attempt.
-func queueTransition(b *pgx.Batch, p *store.TransitionParams, res state.Result, now time.Time) {
+// queueTransition queues the writes of one checked transition (its time
+// set): the update (always first), the history row and the attempt.
+func queueTransition(b *pgx.Batch, w rules.Write) {
 	var set []string
 	var args []any
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
-	set = append(set, "updated_at = "+arg(now))
-	if res.Applied {
-		set = append(set, "state = "+arg(string(res.To)), "reason = "+arg(string(res.Reason)))
-		if res.To != state.Sending {
-			set = append(set, "lease_owner = ''", "lease_until = NULL")
-		}
-		if res.To == state.Queued {
-			next := p.NextAttemptAt.UTC().Truncate(store.Resolution)
-			if p.NextAttemptAt.IsZero() {
-				next = now.Add(max(p.NextAttemptIn, 0)).Truncate(store.Resolution)
-			}
-			set = append(set, "next_attempt_at = "+arg(next))
-		}
+	set = append(set, "updated_at = "+arg(w.At))
+	if w.Applied {
+		set = append(set, "state = "+arg(string(w.State)), "reason = "+arg(string(w.Reason)))
 	}
-	if p.ProviderID != "" {
+	if w.ClearLease {
+		set = append(set, "lease_owner = ''", "lease_until = NULL")
+	}
+	if w.Next {
+		set = append(set, "next_attempt_at = "+arg(w.NextAt))
+	}
+	if w.ProviderID != "" {
 		// A provider id another row of the identity has already marks
 		// both rows as a collision instead of refusing the record of an
-		// accepted send (see migration 0007); the statement after the
+		// accepted send (see migration 0008); the statement after the
 		// update marks the other.
-		a := arg(p.ProviderID)
+		a := arg(w.ProviderID)
 		set = append(set, "provider_id = "+a, "provider_id_collision = CASE WHEN EXISTS (SELECT 1 FROM messages y "+
 			"WHERE y.identity = messages.identity AND y.provider_id = "+a+" AND y.provider_id <> '' AND y.id <> messages.id) THEN id ELSE '' END")
 	}
-	if p.MaybeSent {
+	if w.MaybeSent {
 		set = append(set, "maybe_sent = true")
 	}
-	if p.NoCall {
+	if w.NoCall {
 		set = append(set, "attempts = greatest(attempts - 1, 0)")
 	}
-	if p.LastError != "" {
-		set = append(set, "last_error = "+arg(p.LastError))
+	if w.LastError != "" {
+		set = append(set, "last_error = "+arg(w.LastError))
 	}
-	if p.Resolution != "" {
-		set = append(set, "resolution = "+arg(p.Resolution))
+	if w.Resolution != "" {
+		set = append(set, "resolution = "+arg(w.Resolution))
 	}
 	// By id alone: the row was locked FOR UPDATE and its state and lease
-	// checked (checkTransition) in this transaction, and the caller
-	// confirms one row changed. A state condition here can match a partial
+	// checked (rules.Check) in this transaction, and the caller confirms
+	// one row changed. A state condition here can match a partial
 	// index's predicate, which stale statistics then make the planner scan
 	// whole instead of using the key.
-	q := "UPDATE messages SET " + strings.Join(set, ", ") + " WHERE id = " + arg(p.ID)
+	q := "UPDATE messages SET " + strings.Join(set, ", ") + " WHERE id = " + arg(w.ID)
 	b.Queue(q, args...)
-	if p.ProviderID != "" {
+	if w.ProviderID != "" {
 		b.Queue("UPDATE messages o SET provider_id_collision = o.id FROM messages m WHERE m.id = $1 AND o.identity = m.identity "+
-			"AND o.provider_id = $2 AND o.provider_id <> '' AND o.id <> m.id AND o.provider_id_collision = ''", p.ID, p.ProviderID)
+			"AND o.provider_id = $2 AND o.provider_id <> '' AND o.id <> m.id AND o.provider_id_collision = ''", w.ID, w.ProviderID)
 	}
+	h := w.History
 	b.Queue("INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
 		"SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
-		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), res.Applied, p.Source, p.Detail, now)
-	if a := p.Attempt; a != nil {
+		h.MessageID, string(h.From), string(h.To), string(h.Reason), h.Event, h.Applied, h.Source, h.Detail, h.At)
+	if a := w.Attempt; a != nil {
 		b.Queue("INSERT INTO attempts ("+attemptCols+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-			p.ID, a.Number, a.StartedAt.UTC().Truncate(store.Resolution), a.FinishedAt.UTC().Truncate(store.Resolution), a.Class, a.HTTPStatus, a.ProviderCode,
+			a.MessageID, a.Number, a.StartedAt, a.FinishedAt, a.Class, a.HTTPStatus, a.ProviderCode,
 			a.ProviderSubcode, a.RawError, a.Latency.Microseconds())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 const (
@@ -34,9 +35,8 @@ const (
 	WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: ' AND identity = $3 AND last_error = $4`
 )
 
-// ingestNotices writes an event's notices (deduplicated), pauses the
-// identities they say to, and applies the template holds and releases of
-// the new ones.
+// ingestNotices writes an event's notices (deduplicated) and what the new
+// ones say (rules.Notice): pauses, template holds and releases.
 func (s *Store) ingestNotices(ctx context.Context, tx pgx.Tx, p *store.IngestParams, ev *store.IngestedEvent, received time.Time,
 	res *store.IngestResult) error {
 	now, err := s.clock(ctx, tx)
@@ -47,10 +47,10 @@ func (s *Store) ingestNotices(ctx context.Context, tx pgx.Tx, p *store.IngestPar
 		n := p.Notices[j]
 		store.PrepareNotice(&n, p.EventID, j, ev)
 		id := s.ids.New(now)
+		step := rules.Notice(&n, p, now)
 		var at *time.Time
-		if !n.At.IsZero() {
-			t := n.At.UTC().Truncate(store.Resolution)
-			at = &t
+		if !step.At.IsZero() {
+			at = &step.At
 		}
 		tag, err := tx.Exec(ctx, insertNoticeSQL, id, n.EventID, n.Provider, n.Identity, n.Kind, n.Field, n.Code, n.Subject, n.Lang,
 			n.Value, n.Detail, n.DedupeKey, at, received)
@@ -72,47 +72,45 @@ func (s *Store) ingestNotices(ctx context.Context, tx pgx.Tx, p *store.IngestPar
 			continue
 		}
 		res.Notices++
-		if n.PauseReason != "" && n.Identity != "" {
+		if step.Pause {
 			if _, err := tx.Exec(ctx, pauseSQL, n.Identity, n.PauseReason, now); err != nil {
 				return fmt.Errorf("postgres: ingest notice: pause %s: %w", n.Identity, err)
 			}
 			res.Paused++
 		}
-		if n.Kind != store.NoticeTemplate {
+		if t := step.Template; t != nil {
+			if err := applyTemplate(ctx, tx, t, id, now, res); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// applyTemplate records a template status for each identity it applies
+// to and holds or releases the rows of those it changed.
+func applyTemplate(ctx context.Context, tx pgx.Tx, t *rules.TemplateStep, noticeID string, now time.Time, res *store.IngestResult) error {
+	for _, idn := range t.Identities {
+		tag, err := tx.Exec(ctx, templateStatusSQL, idn, t.Template, t.Lang, t.Status, t.Since, noticeID)
+		if err != nil {
+			return fmt.Errorf("postgres: ingest notice: template status: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			continue // a later status is recorded: this one is stale
+		}
+		if t.Hold {
+			tag, err := tx.Exec(ctx, holdRowsSQL, t.Marker, t.HoldUntil, idn, t.Template, t.Lang)
+			if err != nil {
+				return fmt.Errorf("postgres: ingest notice: hold rows: %w", err)
+			}
+			res.TemplateHeld += int(tag.RowsAffected())
 			continue
 		}
-		hold, release := store.HoldsTemplate(n.Value)
-		if !hold && !release {
-			continue
+		tag, err = tx.Exec(ctx, releaseRowsSQL, now, t.Note, idn, t.Marker)
+		if err != nil {
+			return fmt.Errorf("postgres: ingest notice: release rows: %w", err)
 		}
-		ids := p.TemplateIdentitiesOf(n.Identity)
-		since := now
-		if at != nil {
-			since = *at
-		}
-		for _, idn := range ids {
-			marker := store.TemplateHeldError(n.Subject, n.Lang)
-			tag, err := tx.Exec(ctx, templateStatusSQL, idn, n.Subject, n.Lang, n.Value, since, id)
-			if err != nil {
-				return fmt.Errorf("postgres: ingest notice: template status: %w", err)
-			}
-			if tag.RowsAffected() != 1 {
-				continue // a later status is recorded: this one is stale
-			}
-			if hold {
-				tag, err := tx.Exec(ctx, holdRowsSQL, marker, now.Add(store.TemplateHoldFor), idn, n.Subject, n.Lang)
-				if err != nil {
-					return fmt.Errorf("postgres: ingest notice: hold rows: %w", err)
-				}
-				res.TemplateHeld += int(tag.RowsAffected())
-				continue
-			}
-			tag, err = tx.Exec(ctx, releaseRowsSQL, now, store.TemplateReleasedNote(n.Subject, n.Lang, n.Value), idn, marker)
-			if err != nil {
-				return fmt.Errorf("postgres: ingest notice: release rows: %w", err)
-			}
-			res.TemplateReleased += int(tag.RowsAffected())
-		}
+		res.TemplateReleased += int(tag.RowsAffected())
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 // MessageStuck lists sending rows with an expired lease or an old claim
@@ -39,6 +39,10 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	}
 	if p.State != state.None {
 		where = append(where, "state = "+arg(string(p.State)))
+	}
+	if !p.PastDeadline {
+		where = append(where, "NOT (state = 'unknown' AND expires_at IS NOT NULL AND expires_at <= "+arg(now)+
+			" AND EXISTS (SELECT 1 FROM challenge_steps cs WHERE cs.message_id = messages.id))")
 	}
 	for _, f := range []struct{ col, v string }{{"tenant", p.Tenant}, {"identity", p.Identity}, {"purpose", p.Purpose}} {
 		if f.v != "" {
@@ -72,10 +76,6 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 // moment's figures). Counts by state are counted when asked: a counter
 // row kept by triggers would serialise every drain on it.
 func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, error) {
-	window := p.Window
-	if window <= 0 {
-		window = store.DefaultStatsWindow
-	}
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: stats: %w", err)
@@ -85,8 +85,9 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	if err != nil {
 		return nil, err
 	}
-	since := now.Add(-window)
-	st := &store.Stats{At: now, Counts: []store.StateCount{}, AttemptsByClass: map[string]int{}, Window: window}
+	st := rules.NewStats(p, now, rules.StatsWindow(p))
+	b := rules.StatsBounds(st)
+	since := b.Since
 
 	rs, err := tx.Query(ctx, "SELECT identity, state, count(*) FROM messages GROUP BY identity, state ORDER BY identity, state")
 	if err != nil {
@@ -100,10 +101,7 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 			return nil, fmt.Errorf("postgres: stats: %w", err)
 		}
 		c.State = state.State(stt)
-		if c.State == state.Unknown {
-			st.Unknown += c.N
-		}
-		st.Counts = append(st.Counts, c)
+		rules.AddCount(st, c)
 	}
 	rs.Close()
 	if err := rs.Err(); err != nil {
@@ -119,13 +117,12 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 		if err != nil {
 			return nil, fmt.Errorf("postgres: stats: %w", err)
 		}
-		if due != nil && (st.OldestEligible == nil || due.Before(*st.OldestEligible)) {
-			t := due.UTC()
-			st.OldestEligible = &t
+		if due != nil {
+			rules.AddDue(st, *due)
 		}
 	}
 	if err := tx.QueryRow(ctx, "SELECT count(*) FROM messages WHERE state IN ('sending', 'unknown') AND state = 'sending' AND lease_until <= $1",
-		now).Scan(&st.SendingPastLease); err != nil {
+		b.LeaseOver).Scan(&st.SendingPastLease); err != nil {
 		return nil, fmt.Errorf("postgres: stats: %w", err)
 	}
 	if err := tx.QueryRow(ctx, "SELECT coalesce((SELECT n FROM counters WHERE name = $1), 0)", store.CounterKeyReplays).Scan(&st.KeyReplays); err != nil {
@@ -134,7 +131,7 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	if err := webhookStats(ctx, tx, &st.WebhookStats); err != nil {
 		return nil, err
 	}
-	if err := vitalStats(ctx, tx, p, now, window, &st.VitalStats); err != nil {
+	if err := vitalStats(ctx, tx, p, st); err != nil {
 		return nil, err
 	}
 	var offUS *int64
@@ -185,8 +182,7 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: stats: %w", err)
 	}
-	slices.Sort(lat)
-	st.DeliveryP50, st.DeliveryP95 = store.Percentile(lat, 0.50), store.Percentile(lat, 0.95)
+	rules.SetLatencies(st, lat)
 	return st, nil
 }
 

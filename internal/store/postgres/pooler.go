@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -153,12 +154,44 @@ var errReconnect = errors.New("postgres: reconnect with the URL's startup settin
 // then makes the URL's settings for its session (or, when only a startup
 // can make them, is replaced); the later ones are made with the URL's
 // configuration as it is, and keep a statement cache.
+//
+// The first one has none: every statement on it is parsed and planned
+// again (for one enqueue after another, that was about 40% of the
+// server's CPU per message). On a server it is therefore
+// retired once it has been lent probeUses times (prepareConn), and the
+// pool makes its replacement with the statement cache. A short-lived
+// command never gets there, so it pays no second connection.
 type detector struct {
 	mu       sync.Mutex
 	decided  bool
 	pooled   string
 	settings [][2]string
 	bad      error // the URL's options are not settings
+
+	probe     atomic.Pointer[pgx.Conn] // the first connection, on a server, until retired
+	probeUses atomic.Int32
+}
+
+// probeUses is how many times the first connection (made without a
+// statement cache) is lent on a server before it is retired.
+const probeUses = 64
+
+// prepareConn is the pool's PrepareConn, called as a connection is
+// lent: false (destroy it, and lend another) when c is the first
+// connection and has served its probeUses. It runs in the Acquire, so
+// the caller gets the new connection at once; a pool's AfterRelease
+// would instead hand every released connection back from a goroutine of
+// its own, and a caller acquiring right after would meet none idle and
+// have the pool open another.
+func (d *detector) prepareConn(_ context.Context, c *pgx.Conn) (bool, error) {
+	if p := d.probe.Load(); p == nil || p != c {
+		return true, nil
+	}
+	if d.probeUses.Add(1) <= probeUses {
+		return true, nil
+	}
+	d.probe.Store(nil)
+	return false, nil
 }
 
 func (d *detector) beforeConnect(_ context.Context, cc *pgx.ConnConfig) error {
@@ -193,6 +226,7 @@ func (d *detector) afterConnect(ctx context.Context, conn *pgx.Conn) error {
 			return errReconnect
 		}
 	}
+	d.probe.Store(conn)
 	return nil
 }
 

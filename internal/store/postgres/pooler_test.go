@@ -146,6 +146,51 @@ func TestPoolerDetection(t *testing.T) {
 	}
 }
 
+// TestFirstConnectionRetiredOnAServer: on a server, the pool's first
+// connection (made as for a pooler, without a statement cache) is
+// retired after probeUses loans, and the connections after it cache
+// statements; through a pooler every connection stays without one.
+func TestFirstConnectionRetiredOnAServer(t *testing.T) {
+	direct, pooler := testURL(t), poolerURL(t)
+	t.Parallel()
+	ctx := context.Background()
+	schema := freshSchema(t, direct)
+	for _, c := range []struct {
+		name, url string
+		mode      pgx.QueryExecMode // of every connection after the first's retirement
+	}{
+		{"directly", direct, pgx.QueryExecModeCacheStatement},
+		{"through pgbouncer", pooler, pgx.QueryExecModeExec},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := open(t, c.url, schema, Options{})
+			// One statement at a time: the pool lends its one connection.
+			for i := range probeUses + 1 {
+				if _, err := h.MessageGet(ctx, "", fmt.Sprintf("nosuch-%d", i)); !errors.Is(err, store.ErrNotFound) {
+					t.Fatal(err)
+				}
+			}
+			conns := h.pool.AcquireAllIdle(ctx)
+			if len(conns) == 0 {
+				t.Fatal("no idle connection")
+			}
+			for i, pc := range conns {
+				cc := pc.Conn().Config()
+				if cc.DefaultQueryExecMode != c.mode {
+					t.Errorf("connection %d: exec mode %v, want %v", i, cc.DefaultQueryExecMode, c.mode)
+				}
+				// Made with the URL's settings at startup (behind a
+				// pooler they are applied per transaction instead).
+				var sp string
+				if err := pc.QueryRow(ctx, "SELECT current_setting('search_path')").Scan(&sp); c.mode == pgx.QueryExecModeCacheStatement && (err != nil || !strings.Contains(sp, schema)) {
+					t.Errorf("connection %d: search_path %q (%v), want the schema %s", i, sp, err, schema)
+				}
+				pc.Release()
+			}
+		})
+	}
+}
+
 // TestPoolerSettingsApplyToEachTransaction: behind a pooler the URL's
 // settings hold in every statement, in or out of a transaction, in a
 // batch, and in a read-only repeatable-read transaction, and leave

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,7 +87,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	switch mode {
 	case poolerAuto:
 		det = &detector{settings: settings, bad: badSettings}
-		cfg.BeforeConnect, cfg.AfterConnect = det.beforeConnect, det.afterConnect
+		cfg.BeforeConnect, cfg.AfterConnect, cfg.PrepareConn = det.beforeConnect, det.afterConnect, det.prepareConn
 	case poolerTransaction:
 		pooled = "pooler=transaction in the URL"
 		trimForPooler(cfg.ConnConfig)
@@ -168,7 +169,11 @@ func (s *Store) Close() error {
 // transaction-scoped advisory lock (keyed by the schema), so concurrent
 // processes apply each version once: the second waits, then finds the
 // versions recorded in schema_migrations.
-func (s *Store) Migrate(ctx context.Context) ([]int, error) {
+func (s *Store) Migrate(ctx context.Context) ([]int, error) { return s.migrate(ctx, math.MaxInt) }
+
+// migrate applies the pending migrations numbered up to upTo (tests stop
+// short of the latest to see what a later one does to data before it).
+func (s *Store) migrate(ctx context.Context, upTo int) ([]int, error) {
 	ms, err := store.ParseMigrations(migrationFS, "migrations")
 	if err != nil {
 		return nil, err
@@ -183,7 +188,11 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	case err == nil && cur != nil && *cur > latest:
 		return nil, fmt.Errorf("%w: database at version %d, this msgq knows up to %d", store.ErrSchemaTooNew, *cur, latest)
 	case err == nil && cur != nil && *cur == latest:
-		return nil, nil
+		// Up to date, unless this build's phone metadata is newer
+		// (phonemeta.go): then it is loaded under the lock below.
+		if ok, err := phoneMetadataCurrent(ctx, s.pool); err != nil || ok {
+			return nil, err
+		}
 	case err == nil, errors.As(err, &pe) && pe.Code == "42P01": // undefined_table
 	default:
 		return nil, fmt.Errorf("postgres: read schema version: %w", err)
@@ -199,6 +208,9 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	}
 	if _, err := tx.Exec(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL)"); err != nil {
 		return nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	if err := s.renumber(ctx, tx); err != nil {
+		return nil, err
 	}
 	done := map[int]bool{}
 	rs, err := tx.Query(ctx, "SELECT version FROM schema_migrations")
@@ -217,7 +229,7 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 	}
 	var applied []int
 	for _, m := range ms {
-		if done[m.Version] {
+		if done[m.Version] || m.Version > upTo {
 			continue
 		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
@@ -231,11 +243,72 @@ func (s *Store) Migrate(ctx context.Context) ([]int, error) {
 			return nil, fmt.Errorf("postgres: migration %s: %w", m.Name, err)
 		}
 		applied = append(applied, m.Version)
+		done[m.Version] = true
+	}
+	if done[phoneMetadataMigration] {
+		if err := loadPhoneMetadata(ctx, tx); err != nil {
+			return nil, err
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: migrate: commit: %w", err)
 	}
 	return applied, nil
+}
+
+// phoneMetadataMigration creates phone_metadata, which Migrate fills.
+const phoneMetadataMigration = 17
+
+// oldNumbers maps the versions msgq recorded before PostgreSQL's
+// migrations took the numbers SQLite's carry (one change, one number on
+// both stores) to those numbers: 0001 kept its number, the rest moved up
+// one, and 2 (the drain's tables, which this store's 0001 already holds)
+// counts as applied with 0001.
+var oldNumbers = []struct{ from, to int }{
+	// Highest first, so that no update meets a version not moved yet.
+	{10, 11}, {9, 10}, {8, 9}, {7, 8}, {6, 7}, {5, 6}, {4, 5}, {3, 4}, {2, 3},
+}
+
+// renumber moves a schema's recorded versions to the shared numbers,
+// once, under the migration lock, in the transaction that then applies
+// what is pending. schema_numbering records that it was done (or that the
+// schema was new, so its versions were shared from the start): without
+// it, versions in schema_migrations are the old numbers. A binary from
+// before the renumbering refuses a renumbered schema (its versions reach
+// 11, past what it knows), so the old numbers are never read as new.
+func (s *Store) renumber(ctx context.Context, tx pgx.Tx) error {
+	var done bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass('schema_numbering') IS NOT NULL").Scan(&done); err != nil {
+		return fmt.Errorf("postgres: migrate: renumber: %w", err)
+	}
+	if done {
+		return nil
+	}
+	now, err := s.clock(ctx, tx)
+	if err != nil {
+		return err
+	}
+	var recorded bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM schema_migrations)").Scan(&recorded); err != nil {
+		return fmt.Errorf("postgres: migrate: renumber: %w", err)
+	}
+	if recorded {
+		for _, m := range oldNumbers {
+			if _, err := tx.Exec(ctx, "UPDATE schema_migrations SET version = $2 WHERE version = $1", m.from, m.to); err != nil {
+				return fmt.Errorf("postgres: migrate: renumber %d to %d: %w", m.from, m.to, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, applied_at) SELECT 2, applied_at FROM schema_migrations WHERE version = 1"); err != nil {
+			return fmt.Errorf("postgres: migrate: renumber: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, "CREATE TABLE schema_numbering (scheme text PRIMARY KEY, applied_at timestamptz NOT NULL)"); err != nil {
+		return fmt.Errorf("postgres: migrate: renumber: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO schema_numbering (scheme, applied_at) VALUES ('shared', $1)", now); err != nil {
+		return fmt.Errorf("postgres: migrate: renumber: %w", err)
+	}
+	return nil
 }
 
 // rowQuerier runs a one-row query: the pool or a transaction.

@@ -96,6 +96,7 @@ func TestConformance(t *testing.T) {
 			h := s.(*handle)
 			return open(t, h.url, h.schema, Options{})
 		},
+		RawTx: rawTx,
 	})
 }
 
@@ -120,6 +121,7 @@ func TestConformanceThroughAPooler(t *testing.T) {
 		Reopen: func(t *testing.T, s store.Store) store.Store {
 			return open(t, s.(*handle).schema, Options{})
 		},
+		RawTx: rawTx,
 	})
 }
 
@@ -231,5 +233,30 @@ func TestStatsReportTheLargestRecentClockOffset(t *testing.T) {
 	}
 	if err := s.ClockOffsetRecord(ctx, &store.ClockOffset{}); err == nil {
 		t.Error("an offset of no process was recorded")
+	}
+}
+
+// rawTx runs stmts in one transaction on the store's own pool (its schema
+// applied) and commits it, or rolls it back when !commit.
+func rawTx(t *testing.T, s store.Store, commit bool, stmts ...string) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := s.(*handle).pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	for _, q := range stmts {
+		if _, err := tx.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if commit {
+		err = tx.Commit(ctx)
+	} else {
+		err = tx.Rollback(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 // countRefusedWrites adds an enqueue's replays and key conflicts (writes
@@ -15,25 +16,18 @@ import (
 // counts, in the enqueue's transaction, and drops minute counts older
 // than store.CountBuckets.
 func countRefusedWrites(ctx context.Context, tx pgx.Tx, now time.Time, replays, conflicts int) error {
-	minute := store.MinuteBucket(now)
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{store.CounterKeyReplays, replays}, {store.CounterKeyConflicts, conflicts}} {
-		if c.n == 0 {
-			continue
-		}
+	for _, c := range rules.RefusedCounts(now, replays, conflicts) {
 		if _, err := tx.Exec(ctx, "INSERT INTO counters (name, n) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET n = counters.n + excluded.n",
-			c.name, c.n); err != nil {
-			return fmt.Errorf("postgres: enqueue: count %s: %w", c.name, err)
+			c.Name, c.N); err != nil {
+			return fmt.Errorf("postgres: enqueue: count %s: %w", c.Name, err)
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO counts_by_minute (name, minute, n) VALUES ($1, $2, $3) "+
-			"ON CONFLICT (name, minute) DO UPDATE SET n = counts_by_minute.n + excluded.n", c.name, minute, c.n); err != nil {
-			return fmt.Errorf("postgres: enqueue: count %s: %w", c.name, err)
+			"ON CONFLICT (name, minute) DO UPDATE SET n = counts_by_minute.n + excluded.n", c.Name, c.Minute, c.N); err != nil {
+			return fmt.Errorf("postgres: enqueue: count %s: %w", c.Name, err)
 		}
 		if _, err := tx.Exec(ctx, "DELETE FROM counts_by_minute WHERE name = $1 AND minute < $2",
-			c.name, minute-int64(store.CountBuckets/time.Second)); err != nil {
-			return fmt.Errorf("postgres: enqueue: count %s: %w", c.name, err)
+			c.Name, c.DropBefore); err != nil {
+			return fmt.Errorf("postgres: enqueue: count %s: %w", c.Name, err)
 		}
 	}
 	return nil
@@ -42,16 +36,11 @@ func countRefusedWrites(ctx context.Context, tx pgx.Tx, now time.Time, replays, 
 // vitalStats reads the figures of store.VitalStats in Stats' read
 // transaction: counters and counts_by_minute, the in-flight rows,
 // history_failed, messages_resends, messages_maybe_sent and history_sent.
-func vitalStats(ctx context.Context, tx pgx.Tx, p *store.StatsParams, now time.Time, window time.Duration, v *store.VitalStats) error {
+func vitalStats(ctx context.Context, tx pgx.Tx, p *store.StatsParams, st *store.Stats) error {
 	wrap := func(err error) error { return fmt.Errorf("postgres: stats: %w", err) }
-	since := now.Add(-window)
-	v.RecentFailures, v.MaybeSent, v.SentProgress = map[string]int{}, map[string]int{}, []store.SentProgress{}
-	for _, r := range store.FailureReasons {
-		v.RecentFailures[string(r)] = 0
-	}
-	v.NoProgressAfter = p.NoProgressAfter
-	if v.NoProgressAfter <= 0 {
-		v.NoProgressAfter = store.DefaultNoProgressAfter
+	v, b := &st.VitalStats, rules.StatsBounds(st)
+	if err := challengeVitals(ctx, tx, st.At, b.Since, &v.Challenges); err != nil {
+		return err
 	}
 	for _, q := range []struct {
 		sql  string
@@ -60,20 +49,20 @@ func vitalStats(ctx context.Context, tx pgx.Tx, p *store.StatsParams, now time.T
 	}{
 		{"SELECT coalesce((SELECT n FROM counters WHERE name = $1), 0)", []any{store.CounterKeyConflicts}, &v.KeyConflicts},
 		{"SELECT coalesce(sum(n), 0)::bigint FROM counts_by_minute WHERE name = $1 AND minute >= $2",
-			[]any{store.CounterKeyConflicts, store.MinuteBucket(since)}, &v.RecentKeyConflicts},
+			[]any{store.CounterKeyConflicts, b.SinceMinute}, &v.RecentKeyConflicts},
 		{"SELECT coalesce(sum(n), 0)::bigint FROM counts_by_minute WHERE name = $1 AND minute >= $2",
-			[]any{store.CounterKeyReplays, store.MinuteBucket(since)}, &v.RecentKeyReplays},
+			[]any{store.CounterKeyReplays, b.SinceMinute}, &v.RecentKeyReplays},
 		{"SELECT count(*) FROM messages WHERE state IN ('sending', 'unknown') AND state = 'sending' AND updated_at <= $1",
-			[]any{now.Add(-store.LongSending)}, &v.SendingLong},
+			[]any{b.LongSending}, &v.SendingLong},
 		{"SELECT count(*) FROM messages WHERE resend_of <> ''", nil, &v.Resends},
-		{"SELECT count(*) FROM messages WHERE resend_of <> '' AND created_at >= $1", []any{since}, &v.RecentResends},
+		{"SELECT count(*) FROM messages WHERE resend_of <> '' AND created_at >= $1", []any{b.Since}, &v.RecentResends},
 	} {
 		if err := tx.QueryRow(ctx, q.sql, q.args...).Scan(q.dst); err != nil {
 			return wrap(err)
 		}
 	}
 	if err := countInto(ctx, tx, v.RecentFailures, "SELECT reason, count(*) FROM history "+
-		"WHERE to_state = 'failed' AND applied AND at >= $1 GROUP BY reason", since); err != nil {
+		"WHERE to_state = 'failed' AND applied AND at >= $1 GROUP BY reason", b.Since); err != nil {
 		return wrap(err)
 	}
 	if err := countInto(ctx, tx, v.MaybeSent, "SELECT state, count(*) FROM messages WHERE maybe_sent GROUP BY state"); err != nil {
@@ -87,7 +76,7 @@ func vitalStats(ctx context.Context, tx pgx.Tx, p *store.StatsParams, now time.T
 	// status since).
 	rs, err := tx.Query(ctx, "SELECT m.identity, count(*), count(*) FILTER (WHERE m.state = 'sent') FROM messages m "+
 		"WHERE m.id IN (SELECT h.message_id FROM history h WHERE h.to_state = 'sent' AND h.applied AND h.at >= $1 AND h.at <= $2) "+
-		"AND m.identity = ANY($3) GROUP BY m.identity", since, now.Add(-v.NoProgressAfter), p.ProgressIdentities)
+		"AND m.identity = ANY($3) GROUP BY m.identity", b.Since, b.SentProgress, p.ProgressIdentities)
 	if err != nil {
 		return wrap(err)
 	}
@@ -103,12 +92,7 @@ func vitalStats(ctx context.Context, tx pgx.Tx, p *store.StatsParams, now time.T
 	if err := rs.Err(); err != nil {
 		return wrap(err)
 	}
-	// Every identity asked about, zeros included, in the order asked.
-	for _, id := range p.ProgressIdentities {
-		sp := got[id]
-		sp.Identity = id
-		v.SentProgress = append(v.SentProgress, sp)
-	}
+	rules.SetSentProgress(st, p.ProgressIdentities, got)
 	return nil
 }
 

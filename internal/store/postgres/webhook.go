@@ -14,6 +14,7 @@ import (
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 // insertWebhooksSQL stores a batch of events as one statement over column
@@ -45,7 +46,7 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 		if !ev.ReceivedAt.IsZero() {
 			recv[i] = ev.ReceivedAt.UTC().Truncate(store.Resolution)
 		}
-		h, err := marshalHeaders(ev.Headers)
+		h, err := rules.Headers(ev.Headers)
 		if err != nil {
 			return fmt.Errorf("postgres: store webhook: %w", err)
 		}
@@ -63,14 +64,6 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 		evs[i].ID, evs[i].ReceivedAt = ids[i], recv[i]
 	}
 	return nil
-}
-
-func marshalHeaders(h map[string]string) (string, error) {
-	if len(h) == 0 {
-		return "{}", nil
-	}
-	b, err := json.Marshal(h)
-	return string(b), err
 }
 
 const webhookCols = `id, provider, identity, headers, body, received_at, processed_at, error`
@@ -173,10 +166,7 @@ func (s *Store) WebhookRetry(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("postgres: retry webhook: %w", err)
 	}
-	if processed {
-		return &store.InvalidError{Msg: "webhook event " + id + " was processed without an error: nothing to retry"}
-	}
-	return &store.InvalidError{Msg: "webhook event " + id + " is not processed yet: nothing to retry"}
+	return rules.RetryRefused(id, processed)
 }
 
 // insertEvidenceSQL writes new statuses in input order; the unique index
@@ -248,46 +238,20 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 			markIDs    []string
 			markErrors []string
 		)
-		taken := map[string]bool{}
-		for i := range ps {
-			p := &ps[i]
-			ev := events[p.EventID]
-			if ev != nil && (ev.Processed || taken[p.EventID]) {
-				continue // already written: running ingest twice writes nothing twice
+		for _, e := range rules.Ingest(ps, events, now) {
+			if e.Ev != nil {
+				markIDs, markErrors = append(markIDs, e.P.EventID), append(markErrors, e.Mark)
 			}
-			taken[p.EventID] = true
-			// Without a stored event of that id its content is still kept
-			// (nothing a provider said is dropped), with nothing to mark.
-			if ev != nil {
-				mark := p.Err
-				if mark == "" {
-					mark = p.Skipped // read, but for the items it had to skip
-				}
-				markIDs, markErrors = append(markIDs, p.EventID), append(markErrors, mark)
-			}
-			if p.Err != "" {
+			if !e.Write {
 				continue
 			}
-			received := now
-			if ev != nil {
-				received = ev.ReceivedAt
+			for j := range e.P.Statuses {
+				sts = append(sts, &e.P.Statuses[j])
 			}
-			for j := range p.Statuses {
-				st := &p.Statuses[j]
-				store.PrepareStatus(st, p.EventID, ev)
-				st.ReceivedAt = received
-				sts = append(sts, st)
+			for j := range e.P.Inbound {
+				ins = append(ins, &e.P.Inbound[j])
 			}
-			for j := range p.Inbound {
-				in := &p.Inbound[j]
-				store.PrepareInbound(in, p.EventID, j, ev)
-				if in.ReceivedAt.IsZero() {
-					in.ReceivedAt = received
-				}
-				in.ReceivedAt = in.ReceivedAt.UTC().Truncate(store.Resolution)
-				ins = append(ins, in)
-			}
-			if err := s.ingestNotices(ctx, tx, p, ev, received, res); err != nil {
+			if err := s.ingestNotices(ctx, tx, e.P, e.Ev, e.Received, res); err != nil {
 				return err
 			}
 		}
@@ -532,47 +496,29 @@ func (s *Store) insertInbound(ctx context.Context, tx pgx.Tx, ins []*store.Inbou
 		res.Reread += reread
 		res.Duplicates += len(keys) - reread
 	}
-	// One row per window: an upsert may not touch a row twice.
-	type key struct{ identity, recipient string }
-	latest := map[key]time.Time{}
-	for _, r := range news {
+	stored := make([]*store.Inbound, len(news))
+	for i, r := range news {
 		in := byID[r.id]
 		in.ID, in.StoredAt, in.MessageID = r.id, now, r.msgID
-		if in.From == "" {
-			continue
-		}
-		k := key{in.Identity, in.From}
-		if in.ReceivedAt.After(latest[k]) {
-			latest[k] = in.ReceivedAt
-		}
+		stored[i] = in
 	}
-	if len(latest) == 0 {
+	ws := rules.Windows(stored)
+	if len(ws) == 0 {
 		return nil
 	}
-	keys := make([]key, 0, len(latest))
-	for k := range latest {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].identity != keys[j].identity {
-			return keys[i].identity < keys[j].identity
-		}
-		return keys[i].recipient < keys[j].recipient
-	})
-	idents, recips, ats := make([]string, len(keys)), make([]string, len(keys)), make([]time.Time, len(keys))
-	for i, k := range keys {
-		idents[i], recips[i], ats[i] = k.identity, k.recipient, latest[k]
+	idents, recips, ats := make([]string, len(ws)), make([]string, len(ws)), make([]time.Time, len(ws))
+	for i, w := range ws {
+		idents[i], recips[i], ats[i] = w.Identity, w.Recipient, w.At
 	}
 	if _, err := tx.Exec(ctx, windowSQL, idents, recips, ats); err != nil {
 		return fmt.Errorf("postgres: ingest window: %w", err)
 	}
-	// The customer wrote: text held for their closed window need not wait
-	// out the hold. The upsert above has locked each window's row, so two
-	// ingests releasing the same rows take turns rather than deadlock.
+	// The upsert above has locked each window's row, so two ingests
+	// releasing the same rows take turns rather than deadlock.
 	var relIdents, relRecips []string
-	for _, k := range keys {
-		if k.identity != "" {
-			relIdents, relRecips = append(relIdents, k.identity), append(relRecips, k.recipient)
+	for _, w := range ws {
+		if w.Release {
+			relIdents, relRecips = append(relIdents, w.Identity), append(relRecips, w.Recipient)
 		}
 	}
 	if len(relIdents) == 0 {
@@ -603,9 +549,6 @@ func scanEvidence(row pgx.Row, extra ...any) (*store.StatusEvidence, error) {
 	st.Status, st.At, st.ReceivedAt, st.AppliedAt = state.State(status), st.At.UTC(), st.ReceivedAt.UTC(), utcPtr(applied)
 	return &st, nil
 }
-
-// defaultApplyLimit bounds an EvidenceApply without a limit.
-const defaultApplyLimit = 1000
 
 // applyCandidatesSQL takes pending statuses that name a row (by provider
 // id within their identity, or by callback reference) that no drain holds
@@ -652,23 +595,12 @@ type candidate struct {
 	ref   string   // the row its callback reference names, if any
 }
 
-// lockedRow is what applying evidence reads of a row under its lock.
-type lockedRow struct {
-	identity, recipient string
-	state               state.State
-	leaseUntil          *time.Time
-	providerID          string
-}
-
 // EvidenceApply applies pending statuses whose rows are known, as one
 // transaction: the statuses are locked (SKIP LOCKED), then their rows (in
 // id order, FOR UPDATE), and each is decided against its row as locked
 // and written through the store's transition code with its outcome.
 func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store.ApplyResult, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = defaultApplyLimit
-	}
+	limit := rules.ApplyLimit(p)
 	res := &store.ApplyResult{}
 	err := s.inTx(ctx, "apply evidence", func(tx pgx.Tx) error {
 		*res = store.ApplyResult{Applied: []store.AppliedEvidence{}}
@@ -827,13 +759,6 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 	if err != nil {
 		return nil, nil, false, err
 	}
-	matchRow := func(id string) *store.MatchRow {
-		r := rows[id]
-		if r == nil {
-			return nil
-		}
-		return &store.MatchRow{ID: id, Identity: r.identity, Recipient: r.recipient, ProviderID: r.providerID, State: r.state, LeaseUntil: r.leaseUntil}
-	}
 	var (
 		applied  []store.AppliedEvidence
 		suspects []store.AppliedEvidence
@@ -848,58 +773,35 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 		// is no longer one of the status's.
 		var byPID []store.MatchRow
 		for _, id := range c.byPID {
-			if m := matchRow(id); m != nil && m.ProviderID == st.ProviderID && m.Identity == st.Identity {
+			if m := rows[id]; m != nil && m.ProviderID == st.ProviderID && m.Identity == st.Identity {
 				byPID = append(byPID, *m)
 			}
 		}
 		var ref *store.MatchRow
 		if c.ref != "" {
-			ref = matchRow(c.ref)
+			ref = rows[c.ref]
 		}
-		m, byRef, suspect := store.MatchStatus(st, byPID, ref)
-		if suspect != "" {
-			suspects = append(suspects, store.AppliedEvidence{EvidenceID: st.ID, ProviderID: st.ProviderID, Status: st.Status,
-				Outcome: store.EvidenceSuspect, Detail: st.HistoryDetail() + ": set aside: " + suspect})
-			whys = append(whys, suspect)
-			continue
-		}
-		if m == nil || (m.State == state.Sending && m.LeaseUntil != nil && m.LeaseUntil.After(now)) {
+		step, err := rules.Evidence(st, byPID, ref, now)
+		switch {
+		case err != nil:
+			return nil, nil, false, fmt.Errorf("postgres: apply evidence: %w", err)
+		case step.Pending:
 			// No row yet, or a drain claimed it since: it records its own
 			// answer; the next run matches again.
 			left = append(left, st.ID)
 			continue
+		case step.Suspect != "":
+			suspects, whys = append(suspects, step.Applied), append(whys, step.Suspect)
+			continue
 		}
-		r := rows[m.ID]
-		ev := state.Event{Kind: state.Evidence, Status: st.Status}
-		ae := store.AppliedEvidence{EvidenceID: st.ID, MessageID: m.ID, ProviderID: st.ProviderID, Status: st.Status,
-			From: r.state, To: r.state, Detail: st.HistoryDetail()}
-		res, err := state.Transition(r.state, ev)
-		var refused *state.RefusedError
-		switch {
-		case errors.As(err, &refused):
-			ae.Outcome = store.EvidenceRefused
-			ae.Detail += ": refused: " + refused.Why
-		case err != nil:
-			return nil, nil, false, fmt.Errorf("postgres: apply evidence: %w", err)
-		default:
-			tp := store.TransitionParams{ID: m.ID, From: r.state, Event: ev, Source: store.SourceWebhook, Detail: ae.Detail, Now: now}
-			if byRef && r.providerID == "" && st.ProviderID != "" {
-				tp.ProviderID, r.providerID, recorded = st.ProviderID, st.ProviderID, true
-			}
-			if res.Applied && st.Status == state.Failed {
-				tp.LastError = st.LastError()
-			}
-			ps = append(ps, tp)
-			ae.To, ae.Outcome = res.To, store.EvidenceRecorded
-			if res.Applied {
-				ae.Outcome = store.EvidenceApplied
-				r.state = res.To
-				if res.To != state.Sending {
-					r.leaseUntil = nil
-				}
-			}
+		if step.Transition != nil {
+			ps = append(ps, *step.Transition)
+			recorded = recorded || step.RecordsID
+			// Later statuses of the batch see the row as this one leaves it.
+			r := rows[step.Transition.ID]
+			*r = step.After(*r)
 		}
-		applied = append(applied, ae)
+		applied = append(applied, step.Applied)
 	}
 	if len(ps) > 0 {
 		out, err := s.transitionMany(ctx, tx, ps)
@@ -939,22 +841,23 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 }
 
 // lockRows locks rows by id, in id order (as every multi-row lock in this
-// store), so that two runs, or a run and a drain, never deadlock.
-func lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]*lockedRow, error) {
+// store), so that two runs, or a run and a drain, never deadlock. It
+// returns what matching a status reads of each row.
+func lockRows(ctx context.Context, tx pgx.Tx, ids []string) (map[string]*store.MatchRow, error) {
 	rs, err := tx.Query(ctx, "SELECT id, state, lease_until, provider_id, identity, recipient FROM messages WHERE id = ANY($1) ORDER BY id FOR UPDATE", ids)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
 	}
 	defer rs.Close()
-	out := make(map[string]*lockedRow, len(ids))
+	out := make(map[string]*store.MatchRow, len(ids))
 	for rs.Next() {
-		var id, st string
-		r := &lockedRow{}
-		if err := rs.Scan(&id, &st, &r.leaseUntil, &r.providerID, &r.identity, &r.recipient); err != nil {
+		var st string
+		r := &store.MatchRow{}
+		if err := rs.Scan(&r.ID, &st, &r.LeaseUntil, &r.ProviderID, &r.Identity, &r.Recipient); err != nil {
 			return nil, fmt.Errorf("postgres: apply evidence: %w", err)
 		}
-		r.state = state.State(st)
-		out[id] = r
+		r.State, r.LeaseUntil = state.State(st), utcPtr(r.LeaseUntil)
+		out[r.ID] = r
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("postgres: apply evidence: %w", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 // expireBatch bounds how many past-deadline rows one claim fails.
@@ -82,34 +83,28 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	if err != nil {
 		return nil, err
 	}
-	res, err := state.Transition(state.Queued, state.Event{Kind: state.Claim})
+	lease, err := rules.NewLease(p, now)
 	if err != nil {
 		return nil, err
 	}
-	until := now.Add(p.LeaseFor).Truncate(store.Resolution)
-	var claimed []store.Claimed
-	for _, m := range cands {
-		if len(claimed) == p.Limit {
-			break
-		}
-		slot, ok := pace.Take(m, now, horizon)
-		if !ok {
-			continue
-		}
-		m.State, m.LeaseOwner, m.LeaseUntil, m.Attempts, m.UpdatedAt = res.To, p.Owner, &until, m.Attempts+1, now
-		claimed = append(claimed, store.Claimed{Message: *m, SlotAt: slot})
+	if lease.Daily, err = loadDaily(ctx, tx, cands, p.DailyRecipients, now); err != nil {
+		return nil, err
+	}
+	claimed := lease.Take(cands, pace, p.Limit, horizon)
+	if err := saveDaily(ctx, tx, lease.Daily, now); err != nil {
+		return nil, err
 	}
 	if len(claimed) == 0 {
 		return nil, tx.Commit()
 	}
 	for start := 0; start < len(claimed); start += insertChunk {
 		chunk := claimed[start:min(start+insertChunk, len(claimed))]
-		args := []any{string(res.To), p.Owner, micros(until), micros(now)}
+		args := []any{string(lease.To), lease.Owner, micros(lease.Until), micros(lease.At)}
 		hargs := make([]any, 0, len(chunk)*historyColN)
 		for _, c := range chunk {
 			args = append(args, c.ID)
-			hargs = append(hargs, c.ID, string(state.Queued), string(res.To), "", string(state.Claim), 1,
-				store.SourceDrain, "lease "+p.Owner, micros(now), nil)
+			hargs = append(hargs, c.ID, string(lease.From), string(lease.To), "", lease.Event, 1,
+				lease.Source, lease.Detail, micros(lease.At), nil)
 		}
 		r, err := tx.ExecContext(ctx, "UPDATE messages SET state = ?, lease_owner = ?, lease_until = ?, attempts = attempts + 1, "+
 			"updated_at = ? WHERE state = 'queued' AND id IN ("+strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",")+")", args...)
@@ -136,10 +131,8 @@ func (s *Store) MessageClaim(ctx context.Context, p *store.ClaimParams) ([]store
 	return claimed, nil
 }
 
-// expireDue ends queued rows whose deadline has passed: sending them
-// now would be worthless (docs/design.md). A row none of whose calls can
-// have gone out fails as expired; one whose earlier call may have
-// (maybe_sent) becomes unknown, for a person to decide.
+// expireDue ends queued rows whose deadline has passed, as rules.Expire
+// decides.
 func (s *Store) expireDue(ctx context.Context, tx *sql.Tx, now time.Time) error {
 	rs, err := tx.QueryContext(ctx, "SELECT id, maybe_sent FROM messages WHERE state = 'queued' "+
 		"AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?", micros(now), expireBatch)
@@ -163,21 +156,17 @@ func (s *Store) expireDue(ctx context.Context, tx *sql.Tx, now time.Time) error 
 		return fmt.Errorf("sqlite: expire: %w", err)
 	}
 	for _, d := range rows {
-		ev, detail := state.Event{Kind: state.Fail, Reason: state.Expired}, "deadline passed before it could be sent"
-		if d.maybeSent {
-			ev, detail = state.Event{Kind: state.Abandon}, "deadline passed; an earlier call may have reached the phone"
-		}
-		res, err := state.Transition(state.Queued, ev)
+		x, err := rules.Expire(d.maybeSent)
 		if err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, "UPDATE messages SET state = ?, reason = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
-			string(res.To), string(res.Reason), micros(now), d.id); err != nil {
+			string(x.Result.To), string(x.Result.Reason), micros(now), d.id); err != nil {
 			return fmt.Errorf("sqlite: expire: %w", err)
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, ?, ?, 1, ?, ?, ?, "+
 			"coalesce(max(seq), 0) + 1 FROM history WHERE message_id = ?",
-			d.id, string(state.Queued), string(res.To), string(res.Reason), ev.String(), store.SourceDrain, detail, micros(now), d.id); err != nil {
+			d.id, string(state.Queued), string(x.Result.To), string(x.Result.Reason), x.Event.String(), store.SourceDrain, x.Detail, micros(now), d.id); err != nil {
 			return fmt.Errorf("sqlite: expire history: %w", err)
 		}
 	}

@@ -30,3 +30,22 @@ func (s *Store) MigrateToForTest(ctx context.Context, v int) error {
 	}
 	return nil
 }
+
+// RawTxForTest runs stmts in one write transaction and commits it, or
+// rolls it back when !commit.
+func (s *Store) RawTxForTest(ctx context.Context, commit bool, stmts ...string) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, q := range stmts {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	if !commit {
+		return tx.Rollback()
+	}
+	return tx.Commit()
+}

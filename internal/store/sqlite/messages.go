@@ -11,6 +11,7 @@ import (
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 // insertChunk is the number of rows one multi-row INSERT carries: 14
@@ -40,6 +41,37 @@ func placeholders(rows, cols int) string {
 	return strings.TrimSuffix(strings.Repeat(one+",", rows), ",")
 }
 
+// chunkSizes splits n rows into multi-row INSERTs: full chunks of
+// insertChunk, then the rest in falling powers of two (37 = 32+4+1), so
+// that at most log2(insertChunk)+1 statement shapes exist and each is
+// prepared once rather than in every transaction.
+func chunkSizes(n int) []int {
+	var out []int
+	for ; n >= insertChunk; n -= insertChunk {
+		out = append(out, insertChunk)
+	}
+	for c := insertChunk / 2; c > 0; c /= 2 {
+		if n >= c {
+			out = append(out, c)
+			n -= c
+		}
+	}
+	return out
+}
+
+// chunkStarts yields each chunk's first row and its size.
+func chunkStarts(sizes []int) func(yield func(int, int) bool) {
+	return func(yield func(int, int) bool) {
+		start := 0
+		for _, n := range sizes {
+			if !yield(start, n) {
+				return
+			}
+			start += n
+		}
+	}
+}
+
 func insertMessagesSQL(n int) string {
 	return "INSERT INTO messages (" + insertCols + ") VALUES " + placeholders(n, insertColN) +
 		" ON CONFLICT (tenant, key) DO NOTHING RETURNING id"
@@ -51,20 +83,7 @@ func insertHistorySQL(n int) string {
 
 // MessageEnqueue creates one row or finds its replay.
 func (s *Store) MessageEnqueue(ctx context.Context, p *store.EnqueueParams) (*store.EnqueueResult, error) {
-	res, err := s.MessageEnqueueMany(ctx, []store.EnqueueParams{*p})
-	if err != nil {
-		return nil, err
-	}
-	if res[0].Err != nil {
-		return nil, res[0].Err
-	}
-	return &res[0], nil
-}
-
-type pending struct {
-	idx  int
-	msg  *store.Message
-	hash string
+	return rules.One(s.MessageEnqueueMany(ctx, []store.EnqueueParams{*p}))
 }
 
 // MessageEnqueueMany writes a batch in one transaction. The unique index
@@ -73,28 +92,19 @@ type pending struct {
 // compared by body hash.
 func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams) ([]store.EnqueueResult, error) {
 	now := s.clock()
-	results := make([]store.EnqueueResult, len(ps))
-	var rows []pending
-	for i := range ps {
-		p := ps[i]
-		p.Normalize()
-		p.Resolve(now)
-		if err := p.Validate(now); err != nil {
-			results[i].Err = err
-			continue
-		}
-		m := store.NewMessage(&p, s.ids.New(now), now)
-		rows = append(rows, pending{idx: i, msg: m, hash: m.BodyHash})
-	}
+	results, rows := rules.Enqueue(ps, now, s.ids.New)
 	if len(rows) == 0 {
 		return results, nil
 	}
 
-	// Full-size statements are prepared (once per store) before the
-	// transaction takes the single writer connection; odd sizes are
-	// prepared inside it.
-	if len(rows) >= insertChunk {
-		for _, q := range []string{insertMessagesSQL(insertChunk), insertHistorySQL(insertChunk)} {
+	// Every chunk size is a power of two up to insertChunk (chunkSizes), so
+	// that a handful of statements, prepared once per store before the
+	// transaction takes the single writer connection, serve every batch:
+	// preparing a statement of an odd size inside each transaction was
+	// most of the group commit's CPU (SQL parsing) under load.
+	sizes := chunkSizes(len(rows))
+	for _, n := range sizes {
+		for _, q := range []string{insertMessagesSQL(n), insertHistorySQL(n)} {
 			if _, err := s.stmt(ctx, q); err != nil {
 				return nil, fmt.Errorf("sqlite: enqueue: %w", err)
 			}
@@ -107,12 +117,11 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 	defer tx.Rollback()
 
 	inserted := make(map[string]bool, len(rows))
-	var newRows []*store.Message
-	for start := 0; start < len(rows); start += insertChunk {
-		chunk := rows[start:min(start+insertChunk, len(rows))]
+	for start, n := range chunkStarts(sizes) {
+		chunk := rows[start : start+n]
 		args := make([]any, 0, len(chunk)*insertColN)
 		for _, r := range chunk {
-			m := r.msg
+			m := r.Msg
 			payload, _ := json.Marshal(m.Payload)
 			var exp time.Time
 			if m.ExpiresAt != nil {
@@ -143,15 +152,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		}
 	}
 
-	var others []pending
-	for _, r := range rows {
-		if inserted[r.msg.ID] {
-			newRows = append(newRows, r.msg)
-			results[r.idx] = store.EnqueueResult{Message: r.msg}
-		} else {
-			others = append(others, r)
-		}
-	}
+	newRows, others := rules.Inserted(results, rows, inserted)
 	if err := s.insertCreationHistory(ctx, tx, newRows, now); err != nil {
 		return nil, err
 	}
@@ -160,22 +161,18 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		if err != nil {
 			return nil, err
 		}
-		replays, conflicts := 0, 0
-		for _, r := range others {
-			m := existing[r.msg.Tenant+"\x00"+r.msg.Key]
-			switch {
-			case m == nil:
-				// The unique index refused the row, so it exists.
-				return nil, fmt.Errorf("sqlite: enqueue: key %q neither inserted nor found", r.msg.Key)
-			case m.BodyHash == r.hash:
-				results[r.idx] = store.EnqueueResult{Message: m, Replayed: true}
-				replays++
-			default:
-				results[r.idx] = store.EnqueueResult{Err: &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: m.ID}}
-				conflicts++
-			}
+		facts, err := reviveFacts(ctx, tx, rules.Candidates(others, existing))
+		if err != nil {
+			return nil, err
 		}
-		if err := countRefusedWrites(ctx, tx, now, replays, conflicts); err != nil {
+		settled, err := rules.Settle(results, others, existing, facts, now)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: %w", err)
+		}
+		if err := writeRevivals(ctx, tx, settled.Revivals); err != nil {
+			return nil, err
+		}
+		if err := countRefusedWrites(ctx, tx, now, settled.Replays, settled.Conflicts); err != nil {
 			return nil, err
 		}
 	}
@@ -186,8 +183,8 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 }
 
 func (s *Store) insertCreationHistory(ctx context.Context, tx *sql.Tx, ms []*store.Message, now time.Time) error {
-	for start := 0; start < len(ms); start += insertChunk {
-		chunk := ms[start:min(start+insertChunk, len(ms))]
+	for start, n := range chunkStarts(chunkSizes(len(ms))) {
+		chunk := ms[start : start+n]
 		args := make([]any, 0, len(chunk)*historyColN)
 		for _, m := range chunk {
 			args = append(args, m.ID, string(state.None), string(m.State), "", string(state.Enqueue), 1,
@@ -205,14 +202,14 @@ func (s *Store) insertCreationHistory(ctx context.Context, tx *sql.Tx, ms []*sto
 }
 
 // lookupKeys reads the existing rows for the (tenant, key) pairs of ps.
-func (s *Store) lookupKeys(ctx context.Context, tx *sql.Tx, ps []pending) (map[string]*store.Message, error) {
+func (s *Store) lookupKeys(ctx context.Context, tx *sql.Tx, ps []rules.Pending) (map[string]*store.Message, error) {
 	out := make(map[string]*store.Message, len(ps))
 	const chunk = 400
 	for start := 0; start < len(ps); start += chunk {
 		part := ps[start:min(start+chunk, len(ps))]
 		args := make([]any, 0, 2*len(part))
 		for _, p := range part {
-			args = append(args, p.msg.Tenant, p.msg.Key)
+			args = append(args, p.Msg.Tenant, p.Msg.Key)
 		}
 		q := "SELECT " + messageCols + " FROM messages WHERE (tenant, key) IN (VALUES " + placeholders(len(part), 2) + ")"
 		rs, err := tx.QueryContext(ctx, q, args...)
@@ -225,13 +222,83 @@ func (s *Store) lookupKeys(ctx context.Context, tx *sql.Tx, ps []pending) (map[s
 				rs.Close()
 				return nil, fmt.Errorf("sqlite: enqueue lookup: %w", err)
 			}
-			out[m.Tenant+"\x00"+m.Key] = m
+			out[rules.Key(m.Tenant, m.Key)] = m
 		}
 		if err := rs.Close(); err != nil {
 			return nil, fmt.Errorf("sqlite: enqueue lookup: %w", err)
 		}
 	}
 	return out, nil
+}
+
+// reviveFacts reads, inside the enqueue's write transaction, what
+// rules.Settle needs of each row that may revive: whether its recipient
+// is opted out of its identity now, and whether any provider call was
+// recorded for it.
+func reviveFacts(ctx context.Context, tx *sql.Tx, ms []*store.Message) (map[string]rules.Facts, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]rules.Facts, len(ms))
+	const chunk = 500
+	for start := 0; start < len(ms); start += chunk {
+		part := ms[start:min(start+chunk, len(ms))]
+		args := make([]any, len(part))
+		for i, m := range part {
+			args[i] = m.ID
+		}
+		q := "SELECT m.id, EXISTS (SELECT 1 FROM opt_outs o WHERE o.identity = m.identity AND o.recipient = m.recipient AND o.opted_out = 1), " +
+			"EXISTS (SELECT 1 FROM attempts a WHERE a.message_id = m.id) FROM messages m WHERE m.id IN (" +
+			strings.TrimSuffix(strings.Repeat("?,", len(part)), ",") + ")"
+		rs, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue revive check: %w", err)
+		}
+		for rs.Next() {
+			var id string
+			var f rules.Facts
+			if err := rs.Scan(&id, &f.Holds, &f.Called); err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("sqlite: enqueue revive check: %w", err)
+			}
+			out[id] = f
+		}
+		if err := rs.Close(); err != nil {
+			return nil, fmt.Errorf("sqlite: enqueue revive check: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// writeRevivals queues the revived rows again, each conditionally on the
+// refusal it was decided on, with its history row.
+func writeRevivals(ctx context.Context, tx *sql.Tx, vs []rules.Revival) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	ts := newTxStmts(tx)
+	defer ts.close()
+	for _, v := range vs {
+		var exp time.Time
+		if v.ExpiresAt != nil {
+			exp = *v.ExpiresAt
+		}
+		r, err := ts.exec(ctx, "UPDATE messages SET state = ?, reason = ?, next_attempt_at = ?, expires_at = ?, last_error = '', updated_at = ? "+
+			"WHERE id = ? AND state = ? AND reason = ? AND attempts = 0",
+			string(v.History.To), string(v.History.Reason), micros(v.NextAt), nullMicros(exp), micros(v.At),
+			v.ID, string(v.History.From), string(v.Reason))
+		if err != nil {
+			return fmt.Errorf("sqlite: enqueue revive: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n != 1 {
+			// The row was read under the write lock: this is a fault.
+			return fmt.Errorf("sqlite: enqueue revive: message %s: %d rows changed", v.ID, n)
+		}
+		if err := keep(ctx, ts, rules.Record{History: v.History}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 type scanner interface{ Scan(...any) error }
@@ -489,16 +556,9 @@ func (s *Store) MessageTransitionMany(ctx context.Context, ps []store.Transition
 // are either the item's own (store.IsItemError: nothing of it was
 // written) or the database's.
 func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.TransitionParams) (state.Result, error) {
-	if p.Event.Kind == state.Claim || p.Event.Kind == state.Enqueue {
-		return state.Result{}, &store.InvalidError{Field: "event", Msg: string(p.Event.Kind) + " has its own store method"}
-	}
-	res, err := state.Transition(p.From, p.Event)
+	res, err := rules.Machine(p)
 	if err != nil {
 		return res, err
-	}
-	now := p.Now.UTC().Truncate(store.Resolution)
-	if p.Now.IsZero() {
-		now = s.clock()
 	}
 	var (
 		cur        string
@@ -516,125 +576,102 @@ func (s *Store) applyTransition(ctx context.Context, tx *txStmts, p *store.Trans
 	if err != nil {
 		return res, fmt.Errorf("sqlite: transition: %w", err)
 	}
-	until := fromNullMicros(leaseUntil)
-	if state.State(cur) != p.From || !p.LeaseMatches(leaseOwner, until) {
-		stale := fmt.Errorf("%w: message %s is %s (leased by %q), expected %s", store.ErrStale, p.ID, cur, leaseOwner, p.From)
-		if p.KeepIfStale {
-			if err := s.keepStale(ctx, tx, p, state.State(cur), leaseOwner, until, now); err != nil {
+	r := rules.Row{State: state.State(cur), LeaseOwner: leaseOwner, LeaseUntil: fromNullMicros(leaseUntil)}
+	res, now, err := rules.Check(p, r, s.clock())
+	if err != nil {
+		if p.KeepIfStale && errors.Is(err, store.ErrStale) {
+			if err := keep(ctx, tx, rules.Kept(p, r, now)); err != nil {
 				return res, err
 			}
 		}
-		return res, stale
+		return res, err
 	}
-	// A verdict on (or a takeover of) a sending row is only for one whose
-	// drain vanished: a lease not over yet (its end plus the takeover
-	// margin) means a drain may still be mid-call and owns the answer.
-	if store.NeedsExpiredLease(p.Event.Kind) && cur == string(state.Sending) && until != nil && !store.LeaseOver(*until, now) {
-		return res, store.LeaseLiveError(p.ID, leaseOwner, *until)
-	}
+	return res, writeTransition(ctx, tx, rules.Plan(p, res, now))
+}
 
+// writeTransition applies w: the conditional update, its history row and
+// its attempt.
+func writeTransition(ctx context.Context, tx *txStmts, w rules.Write) error {
 	set := []string{"updated_at = ?"}
-	args := []any{micros(now)}
-	if res.Applied {
+	args := []any{micros(w.At)}
+	if w.Applied {
 		set = append(set, "state = ?", "reason = ?")
-		args = append(args, string(res.To), string(res.Reason))
-		if res.To != state.Sending {
-			set = append(set, "lease_owner = ''", "lease_until = NULL")
-		}
-		if res.To == state.Queued {
-			next := p.NextAttemptAt
-			if next.IsZero() {
-				next = now.Add(max(p.NextAttemptIn, 0)).Truncate(store.Resolution)
-			}
-			set, args = append(set, "next_attempt_at = ?"), append(args, micros(next))
-		}
+		args = append(args, string(w.State), string(w.Reason))
 	}
-	if p.ProviderID != "" {
+	if w.ClearLease {
+		set = append(set, "lease_owner = ''", "lease_until = NULL")
+	}
+	if w.Next {
+		set, args = append(set, "next_attempt_at = ?"), append(args, micros(w.NextAt))
+	}
+	if w.ProviderID != "" {
 		// A provider id another row of the identity has already (a
 		// provider that issued it twice) must not refuse the record of
 		// an accepted send: both rows are marked as a collision instead
 		// (see migration 0008), and evidence naming it is set aside.
 		set, args = append(set, "provider_id = ?", "provider_id_collision = CASE WHEN EXISTS (SELECT 1 FROM messages y "+
 			"WHERE y.identity = messages.identity AND y.provider_id = ? AND y.provider_id <> '' AND y.id <> messages.id) THEN id ELSE '' END"),
-			append(args, p.ProviderID, p.ProviderID)
+			append(args, w.ProviderID, w.ProviderID)
 	}
-	if p.MaybeSent {
+	if w.MaybeSent {
 		set = append(set, "maybe_sent = 1")
 	}
-	if p.NoCall {
+	if w.NoCall {
 		set = append(set, "attempts = max(attempts - 1, 0)")
 	}
-	if p.LastError != "" {
-		set, args = append(set, "last_error = ?"), append(args, p.LastError)
+	if w.LastError != "" {
+		set, args = append(set, "last_error = ?"), append(args, w.LastError)
 	}
-	if p.Resolution != "" {
-		set, args = append(set, "resolution = ?"), append(args, p.Resolution)
+	if w.Resolution != "" {
+		set, args = append(set, "resolution = ?"), append(args, w.Resolution)
 	}
 	q := "UPDATE messages SET " + strings.Join(set, ", ") + " WHERE id = ? AND state = ?"
-	args = append(args, p.ID, string(p.From))
-	if p.LeaseOwner != "" {
+	args = append(args, w.ID, string(w.From))
+	if w.LeaseOwner != "" {
 		q += " AND lease_owner = ?"
-		args = append(args, p.LeaseOwner)
-		if !p.LeaseUntil.IsZero() {
+		args = append(args, w.LeaseOwner)
+		if !w.LeaseUntil.IsZero() {
 			q += " AND lease_until = ?"
-			args = append(args, micros(p.LeaseUntil))
+			args = append(args, micros(w.LeaseUntil))
 		}
 	}
 	r, err := tx.exec(ctx, q, args...)
 	if err != nil {
-		return res, fmt.Errorf("sqlite: transition: %w", err)
+		return fmt.Errorf("sqlite: transition: %w", err)
 	}
 	if n, _ := r.RowsAffected(); n != 1 {
 		// Under the write lock the row cannot have moved since the read;
 		// this is a database fault, not a lost race.
-		return res, fmt.Errorf("sqlite: transition: message %s: %d rows changed", p.ID, n)
+		return fmt.Errorf("sqlite: transition: message %s: %d rows changed", w.ID, n)
 	}
-	if p.ProviderID != "" {
+	if w.ProviderID != "" {
 		if _, err := tx.exec(ctx, "UPDATE messages SET provider_id_collision = id WHERE provider_id = ? AND provider_id <> '' "+
 			"AND provider_id_collision = '' AND identity = (SELECT identity FROM messages WHERE id = ?) AND id <> ?",
-			p.ProviderID, p.ID, p.ID); err != nil {
-			return res, fmt.Errorf("sqlite: transition: mark provider id collision: %w", err)
+			w.ProviderID, w.ID, w.ID); err != nil {
+			return fmt.Errorf("sqlite: transition: mark provider id collision: %w", err)
 		}
 	}
-	applied := 0
-	if res.Applied {
-		applied = 1
-	}
-	if _, err := tx.exec(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, "+
-		"coalesce(max(seq), 0) + 1 FROM history WHERE message_id = ?",
-		p.ID, string(p.From), string(res.To), string(res.Reason), p.Event.String(), applied, p.Source, p.Detail, micros(now), p.ID); err != nil {
-		return res, fmt.Errorf("sqlite: transition history: %w", err)
-	}
-	if err := insertAttempt(ctx, tx, p); err != nil {
-		return res, err
-	}
-	return res, nil
+	return keep(ctx, tx, w.Record)
 }
 
-// insertAttempt writes p's attempt, if it has one.
-func insertAttempt(ctx context.Context, tx *txStmts, p *store.TransitionParams) error {
-	a := p.Attempt
+// keep writes a transition's history row and, when it has one, its
+// attempt row.
+func keep(ctx context.Context, tx *txStmts, rec rules.Record) error {
+	h, a := rec.History, rec.Attempt
+	if _, err := tx.exec(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, "+
+		"coalesce(max(seq), 0) + 1 FROM history WHERE message_id = ?",
+		h.MessageID, string(h.From), string(h.To), string(h.Reason), h.Event, h.Applied, h.Source, h.Detail, micros(h.At), h.MessageID); err != nil {
+		return fmt.Errorf("sqlite: transition history: %w", err)
+	}
 	if a == nil {
 		return nil
 	}
 	if _, err := tx.exec(ctx, "INSERT INTO attempts ("+attemptCols+") VALUES "+placeholders(1, 10),
-		p.ID, a.Number, micros(a.StartedAt), micros(a.FinishedAt), a.Class, a.HTTPStatus, a.ProviderCode,
+		a.MessageID, a.Number, micros(a.StartedAt), micros(a.FinishedAt), a.Class, a.HTTPStatus, a.ProviderCode,
 		a.ProviderSubcode, a.RawError, a.Latency.Microseconds()); err != nil {
 		return fmt.Errorf("sqlite: transition attempt: %w", err)
 	}
 	return nil
-}
-
-// keepStale records a transition that lost to a row that moved on
-// (TransitionParams.KeepIfStale): its attempt and a history entry that
-// changes nothing. The row itself is not touched.
-func (s *Store) keepStale(ctx context.Context, tx *txStmts, p *store.TransitionParams, cur state.State, owner string, until *time.Time, now time.Time) error {
-	if _, err := tx.exec(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, '', ?, 0, ?, ?, ?, "+
-		"coalesce(max(seq), 0) + 1 FROM history WHERE message_id = ?",
-		p.ID, string(cur), string(cur), p.Event.String(), p.Source, store.StaleDetail(p, cur, owner, until), micros(now), p.ID); err != nil {
-		return fmt.Errorf("sqlite: transition history: %w", err)
-	}
-	return insertAttempt(ctx, tx, p)
 }
 
 // txStmts prepares each distinct statement once per transaction: a batch of

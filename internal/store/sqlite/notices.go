@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 const (
@@ -33,20 +34,17 @@ const (
 	WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: ' AND identity = ? AND last_error = ?`
 )
 
-// ingestNotices writes an event's notices (deduplicated) and applies the
-// template holds and releases of the new ones.
+// ingestNotices writes an event's notices (deduplicated) and what the new
+// ones say (rules.Notice): pauses, template holds and releases.
 func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *store.IngestedEvent, now, received int64,
 	res *store.IngestResult) error {
 	for j := range p.Notices {
 		n := p.Notices[j]
 		store.PrepareNotice(&n, p.EventID, j, ev)
 		id := s.ids.New(fromMicros(now))
-		var at any
-		if !n.At.IsZero() {
-			at = micros(n.At.UTC())
-		}
+		step := rules.Notice(&n, p, fromMicros(now))
 		r, err := ts.exec(ctx, insertNoticeSQL, id, n.EventID, n.Provider, n.Identity, n.Kind, n.Field, n.Code, n.Subject, n.Lang,
-			n.Value, n.Detail, n.DedupeKey, at, received)
+			n.Value, n.Detail, n.DedupeKey, nullMicros(step.At), received)
 		if err != nil {
 			return fmt.Errorf("sqlite: ingest notice: %w", err)
 		}
@@ -69,48 +67,47 @@ func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestP
 			continue
 		}
 		res.Notices++
-		if n.PauseReason != "" && n.Identity != "" {
+		if step.Pause {
 			if _, err := ts.exec(ctx, pauseSQL, n.Identity, n.PauseReason, now, now); err != nil {
 				return fmt.Errorf("sqlite: ingest notice: pause %s: %w", n.Identity, err)
 			}
 			res.Paused++
 		}
-		if n.Kind != store.NoticeTemplate {
-			continue
+		if t := step.Template; t != nil {
+			if err := applyTemplate(ctx, ts, t, id, now, res); err != nil {
+				return err
+			}
 		}
-		hold, release := store.HoldsTemplate(n.Value)
-		if !hold && !release {
-			continue
+	}
+	return nil
+}
+
+// applyTemplate records a template status for each identity it applies
+// to and holds or releases the rows of those it changed.
+func applyTemplate(ctx context.Context, ts *txStmts, t *rules.TemplateStep, noticeID string, now int64, res *store.IngestResult) error {
+	for _, idn := range t.Identities {
+		r, err := ts.exec(ctx, templateStatusSQL, idn, t.Template, t.Lang, t.Status, micros(t.Since), noticeID)
+		if err != nil {
+			return fmt.Errorf("sqlite: ingest notice: template status: %w", err)
 		}
-		since := now
-		if !n.At.IsZero() {
-			since = micros(n.At.UTC())
+		if k, _ := r.RowsAffected(); k != 1 {
+			continue // a later status is recorded: this one is stale
 		}
-		for _, idn := range p.TemplateIdentitiesOf(n.Identity) {
-			marker := store.TemplateHeldError(n.Subject, n.Lang)
-			r, err := ts.exec(ctx, templateStatusSQL, idn, n.Subject, n.Lang, n.Value, since, id)
+		if t.Hold {
+			r, err := ts.exec(ctx, holdRowsSQL, t.Marker, micros(t.HoldUntil), idn, t.Template, t.Lang, t.Lang)
 			if err != nil {
-				return fmt.Errorf("sqlite: ingest notice: template status: %w", err)
-			}
-			if k, _ := r.RowsAffected(); k != 1 {
-				continue // a later status is recorded: this one is stale
-			}
-			if hold {
-				r, err := ts.exec(ctx, holdRowsSQL, marker, now+store.TemplateHoldFor.Microseconds(), idn, n.Subject, n.Lang, n.Lang)
-				if err != nil {
-					return fmt.Errorf("sqlite: ingest notice: hold rows: %w", err)
-				}
-				k, _ := r.RowsAffected()
-				res.TemplateHeld += int(k)
-				continue
-			}
-			r, err = ts.exec(ctx, releaseRowsSQL, now, store.TemplateReleasedNote(n.Subject, n.Lang, n.Value), idn, marker)
-			if err != nil {
-				return fmt.Errorf("sqlite: ingest notice: release rows: %w", err)
+				return fmt.Errorf("sqlite: ingest notice: hold rows: %w", err)
 			}
 			k, _ := r.RowsAffected()
-			res.TemplateReleased += int(k)
+			res.TemplateHeld += int(k)
+			continue
 		}
+		r, err = ts.exec(ctx, releaseRowsSQL, now, t.Note, idn, t.Marker)
+		if err != nil {
+			return fmt.Errorf("sqlite: ingest notice: release rows: %w", err)
+		}
+		k, _ := r.RowsAffected()
+		res.TemplateReleased += int(k)
 	}
 	return nil
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 // inFlight is the predicate of the messages_in_flight index, repeated
@@ -40,6 +40,11 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	}
 	if p.State != state.None {
 		where, args = append(where, "state = ?"), append(args, string(p.State))
+	}
+	if !p.PastDeadline {
+		where = append(where, "NOT (state = 'unknown' AND expires_at IS NOT NULL AND expires_at <= ? "+
+			"AND EXISTS (SELECT 1 FROM challenge_steps cs WHERE cs.message_id = messages.id))")
+		args = append(args, micros(now))
 	}
 	for col, v := range map[string]string{"tenant": p.Tenant, "identity": p.Identity, "purpose": p.Purpose} {
 		if v != "" {
@@ -88,12 +93,9 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	if now.IsZero() {
 		now = s.clock()
 	}
-	window := p.Window
-	if window <= 0 {
-		window = store.DefaultStatsWindow
-	}
-	since := micros(now.Add(-window))
-	st := &store.Stats{At: now.UTC(), Counts: []store.StateCount{}, AttemptsByClass: map[string]int{}, Window: window}
+	st := rules.NewStats(p, now, rules.StatsWindow(p))
+	b := rules.StatsBounds(st)
+	since := micros(b.Since)
 	// One read transaction: the figures are of one moment.
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -113,10 +115,7 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 			return nil, fmt.Errorf("sqlite: stats: %w", err)
 		}
 		c.State = state.State(stt)
-		if c.State == state.Unknown {
-			st.Unknown += c.N
-		}
-		st.Counts = append(st.Counts, c)
+		rules.AddCount(st, c)
 	}
 	rs.Close()
 	if err := rs.Err(); err != nil {
@@ -133,13 +132,12 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 		if err != nil && err != sql.ErrNoRows {
 			return nil, fmt.Errorf("sqlite: stats: %w", err)
 		}
-		if due.Valid && (st.OldestEligible == nil || fromMicros(due.Int64).Before(*st.OldestEligible)) {
-			t := fromMicros(due.Int64)
-			st.OldestEligible = &t
+		if due.Valid {
+			rules.AddDue(st, fromMicros(due.Int64))
 		}
 	}
 	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM messages INDEXED BY messages_in_flight WHERE "+inFlight+
-		" AND state = 'sending' AND lease_until <= ?", micros(now)).Scan(&st.SendingPastLease); err != nil {
+		" AND state = 'sending' AND lease_until <= ?", micros(b.LeaseOver)).Scan(&st.SendingPastLease); err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
 	}
 	if err := tx.QueryRowContext(ctx, "SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)", store.CounterKeyReplays).Scan(&st.KeyReplays); err != nil {
@@ -148,7 +146,7 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	if err := webhookStats(ctx, tx, &st.WebhookStats); err != nil {
 		return nil, err
 	}
-	if err := vitalStats(ctx, tx, p, now, window, &st.VitalStats); err != nil {
+	if err := vitalStats(ctx, tx, p, st); err != nil {
 		return nil, err
 	}
 	rs, err = tx.QueryContext(ctx, "SELECT class, count(*) FROM attempts WHERE finished_at >= ? GROUP BY class", since)
@@ -193,8 +191,7 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
 	}
-	slices.Sort(lat)
-	st.DeliveryP50, st.DeliveryP95 = store.Percentile(lat, 0.50), store.Percentile(lat, 0.95)
+	rules.SetLatencies(st, lat)
 	return st, nil
 }
 

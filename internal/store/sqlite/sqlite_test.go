@@ -37,6 +37,11 @@ func TestConformance(t *testing.T) {
 		Reopen: func(t *testing.T, s store.Store) store.Store {
 			return open(t, s.(*handle).path, nil)
 		},
+		RawTx: func(t *testing.T, s store.Store, commit bool, stmts ...string) {
+			if err := s.(*handle).RawTxForTest(context.Background(), commit, stmts...); err != nil {
+				t.Fatal(err)
+			}
+		},
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 // countRefusedWrites adds an enqueue's replays and key conflicts (writes
@@ -16,25 +17,18 @@ import (
 // counts, in the enqueue's transaction, and drops minute counts older
 // than store.CountBuckets.
 func countRefusedWrites(ctx context.Context, tx *sql.Tx, now time.Time, replays, conflicts int) error {
-	minute := store.MinuteBucket(now)
-	for _, c := range []struct {
-		name string
-		n    int
-	}{{store.CounterKeyReplays, replays}, {store.CounterKeyConflicts, conflicts}} {
-		if c.n == 0 {
-			continue
-		}
+	for _, c := range rules.RefusedCounts(now, replays, conflicts) {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO counters (name, n) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET n = n + excluded.n",
-			c.name, c.n); err != nil {
-			return fmt.Errorf("sqlite: enqueue: count %s: %w", c.name, err)
+			c.Name, c.N); err != nil {
+			return fmt.Errorf("sqlite: enqueue: count %s: %w", c.Name, err)
 		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO counts_by_minute (name, minute, n) VALUES (?, ?, ?) "+
-			"ON CONFLICT (name, minute) DO UPDATE SET n = n + excluded.n", c.name, minute, c.n); err != nil {
-			return fmt.Errorf("sqlite: enqueue: count %s: %w", c.name, err)
+			"ON CONFLICT (name, minute) DO UPDATE SET n = n + excluded.n", c.Name, c.Minute, c.N); err != nil {
+			return fmt.Errorf("sqlite: enqueue: count %s: %w", c.Name, err)
 		}
 		if _, err := tx.ExecContext(ctx, "DELETE FROM counts_by_minute WHERE name = ? AND minute < ?",
-			c.name, minute-int64(store.CountBuckets/time.Second)); err != nil {
-			return fmt.Errorf("sqlite: enqueue: count %s: %w", c.name, err)
+			c.Name, c.DropBefore); err != nil {
+			return fmt.Errorf("sqlite: enqueue: count %s: %w", c.Name, err)
 		}
 	}
 	return nil
@@ -44,16 +38,11 @@ func countRefusedWrites(ctx context.Context, tx *sql.Tx, now time.Time, replays,
 // transaction, each from an index: counters and counts_by_minute, the
 // in-flight index, history_failed, messages_resends, messages_maybe_sent
 // and history_sent.
-func vitalStats(ctx context.Context, tx *sql.Tx, p *store.StatsParams, now time.Time, window time.Duration, v *store.VitalStats) error {
+func vitalStats(ctx context.Context, tx *sql.Tx, p *store.StatsParams, st *store.Stats) error {
 	wrap := func(err error) error { return fmt.Errorf("sqlite: stats: %w", err) }
-	since := now.Add(-window)
-	v.RecentFailures, v.MaybeSent, v.SentProgress = map[string]int{}, map[string]int{}, []store.SentProgress{}
-	for _, r := range store.FailureReasons {
-		v.RecentFailures[string(r)] = 0
-	}
-	v.NoProgressAfter = p.NoProgressAfter
-	if v.NoProgressAfter <= 0 {
-		v.NoProgressAfter = store.DefaultNoProgressAfter
+	v, b := &st.VitalStats, rules.StatsBounds(st)
+	if err := challengeVitals(ctx, tx, st.At, b.Since, &v.Challenges); err != nil {
+		return err
 	}
 	for _, q := range []struct {
 		sql  string
@@ -62,21 +51,21 @@ func vitalStats(ctx context.Context, tx *sql.Tx, p *store.StatsParams, now time.
 	}{
 		{"SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)", []any{store.CounterKeyConflicts}, &v.KeyConflicts},
 		{"SELECT coalesce(sum(n), 0) FROM counts_by_minute WHERE name = ? AND minute >= ?",
-			[]any{store.CounterKeyConflicts, store.MinuteBucket(since)}, &v.RecentKeyConflicts},
+			[]any{store.CounterKeyConflicts, b.SinceMinute}, &v.RecentKeyConflicts},
 		{"SELECT coalesce(sum(n), 0) FROM counts_by_minute WHERE name = ? AND minute >= ?",
-			[]any{store.CounterKeyReplays, store.MinuteBucket(since)}, &v.RecentKeyReplays},
+			[]any{store.CounterKeyReplays, b.SinceMinute}, &v.RecentKeyReplays},
 		{"SELECT count(*) FROM messages INDEXED BY messages_in_flight WHERE " + inFlight + " AND state = 'sending' AND updated_at <= ?",
-			[]any{micros(now.Add(-store.LongSending))}, &v.SendingLong},
+			[]any{micros(b.LongSending)}, &v.SendingLong},
 		{"SELECT count(*) FROM messages INDEXED BY messages_resends WHERE resend_of <> ''", nil, &v.Resends},
 		{"SELECT count(*) FROM messages INDEXED BY messages_resends WHERE resend_of <> '' AND created_at >= ?",
-			[]any{micros(since)}, &v.RecentResends},
+			[]any{micros(b.Since)}, &v.RecentResends},
 	} {
 		if err := tx.QueryRowContext(ctx, q.sql, q.args...).Scan(q.dst); err != nil {
 			return wrap(err)
 		}
 	}
 	if err := countInto(ctx, tx, v.RecentFailures, "SELECT reason, count(*) FROM history INDEXED BY history_failed "+
-		"WHERE to_state = 'failed' AND applied = 1 AND at >= ? GROUP BY reason", micros(since)); err != nil {
+		"WHERE to_state = 'failed' AND applied = 1 AND at >= ? GROUP BY reason", micros(b.Since)); err != nil {
 		return wrap(err)
 	}
 	if err := countInto(ctx, tx, v.MaybeSent, "SELECT state, count(*) FROM messages INDEXED BY messages_maybe_sent "+
@@ -89,7 +78,7 @@ func vitalStats(ctx context.Context, tx *sql.Tx, p *store.StatsParams, now time.
 	// Rows that became sent within the window, at least NoProgressAfter
 	// ago, and whether they are still sent (no delivered, read or failed
 	// status since).
-	args := []any{micros(since), micros(now.Add(-v.NoProgressAfter))}
+	args := []any{micros(b.Since), micros(b.SentProgress)}
 	for _, id := range p.ProgressIdentities {
 		args = append(args, id)
 	}
@@ -111,12 +100,7 @@ func vitalStats(ctx context.Context, tx *sql.Tx, p *store.StatsParams, now time.
 	if err := rs.Err(); err != nil {
 		return wrap(err)
 	}
-	// Every identity asked about, zeros included, in the order asked.
-	for _, id := range p.ProgressIdentities {
-		sp := got[id]
-		sp.Identity = id
-		v.SentProgress = append(v.SentProgress, sp)
-	}
+	rules.SetSentProgress(st, p.ProgressIdentities, got)
 	return nil
 }
 

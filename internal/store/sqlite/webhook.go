@@ -12,6 +12,7 @@ import (
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
 )
 
 // webhookChunk is the number of events one multi-row INSERT carries: a
@@ -46,7 +47,7 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 		if !ev.ReceivedAt.IsZero() {
 			recv[i] = ev.ReceivedAt.UTC().Truncate(store.Resolution)
 		}
-		headers, err := marshalHeaders(ev.Headers)
+		headers, err := rules.Headers(ev.Headers)
 		if err != nil {
 			return fmt.Errorf("sqlite: store webhook: %w", err)
 		}
@@ -104,14 +105,6 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 		evs[i].ID, evs[i].ReceivedAt = ids[i], recv[i]
 	}
 	return nil
-}
-
-func marshalHeaders(h map[string]string) (string, error) {
-	if len(h) == 0 {
-		return "{}", nil
-	}
-	b, err := json.Marshal(h)
-	return string(b), err
 }
 
 func scanWebhook(sc scanner) (*store.WebhookEvent, error) {
@@ -212,15 +205,7 @@ func (s *Store) WebhookRetry(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("sqlite: retry webhook: %w", err)
 	}
-	return retryRefused(id, processed)
-}
-
-// retryRefused says why an event that exists has nothing to retry.
-func retryRefused(id string, processed bool) error {
-	if processed {
-		return &store.InvalidError{Msg: "webhook event " + id + " was processed without an error: nothing to retry"}
-	}
-	return &store.InvalidError{Msg: "webhook event " + id + " is not processed yet: nothing to retry"}
+	return rules.RetryRefused(id, processed)
 }
 
 const (
@@ -274,29 +259,18 @@ func (s *Store) WebhookIngest(ctx context.Context, ps []store.IngestParams) (*st
 	if err != nil {
 		return nil, err
 	}
-	taken := map[string]bool{}
 	fresh := map[string]bool{} // ids of the rows this call wrote
-	for i := range ps {
-		p := &ps[i]
-		ev := events[p.EventID]
-		if ev != nil && (ev.Processed || taken[p.EventID]) {
-			continue // already written: running ingest twice writes nothing twice
-		}
-		taken[p.EventID] = true
-		mark := p.Err
-		if p.Err == "" {
-			if err := s.ingestOne(ctx, ts, p, ev, now, fresh, res); err != nil {
+	for _, e := range rules.Ingest(ps, events, now) {
+		if e.Write {
+			if err := s.ingestOne(ctx, ts, &e, now, fresh, res); err != nil {
 				return nil, err
 			}
-			mark = p.Skipped
 		}
-		if ev == nil {
-			// No stored event of that id: its content is kept (nothing a
-			// provider said is dropped) but there is nothing to mark.
+		if e.Ev == nil {
 			continue
 		}
 		r, err := ts.exec(ctx, "UPDATE webhook_events SET processed_at = ?, error = ? WHERE id = ? AND processed_at IS NULL",
-			micros(now), mark, p.EventID)
+			micros(now), e.Mark, e.P.EventID)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: ingest: mark processed: %w", err)
 		}
@@ -347,26 +321,22 @@ func readEvents(ctx context.Context, tx *sql.Tx, ps []store.IngestParams) (map[s
 	return out, nil
 }
 
-// ingestOne writes one event's statuses and inbound messages, counting
-// into res and adding the ids of the rows it writes to fresh. IDs and
-// store-set times are filled in place for the new ones.
-func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *store.IngestedEvent, now time.Time,
+// ingestOne writes one event's statuses, notices and inbound messages
+// (prepared by rules.Ingest), counting into res and adding the ids of the
+// rows it writes to fresh. IDs and store-set times are filled in place
+// for the new ones.
+func (s *Store) ingestOne(ctx context.Context, ts *txStmts, e *rules.IngestEvent, now time.Time,
 	fresh map[string]bool, res *store.IngestResult) error {
-	received := now
-	if ev != nil {
-		received = ev.ReceivedAt
-	}
+	p := e.P
 	for j := range p.Statuses {
 		st := &p.Statuses[j]
-		store.PrepareStatus(st, p.EventID, ev)
-		st.ReceivedAt = received
 		id := s.ids.New(now)
 		outcome := ""
 		if st.Suspect != "" {
 			outcome = store.EvidenceSuspect
 		}
 		r, err := ts.exec(ctx, insertEvidenceSQL, id, st.EventID, st.Provider, st.Identity, st.DedupeKey, st.ProviderID,
-			string(st.Status), micros(st.At.UTC()), st.CallbackRef, st.ErrorCode, st.Error, micros(received),
+			string(st.Status), micros(st.At.UTC()), st.CallbackRef, st.ErrorCode, st.Error, micros(st.ReceivedAt),
 			st.Recipient, st.Suspect, outcome)
 		if err != nil {
 			return fmt.Errorf("sqlite: ingest status: %w", err)
@@ -387,16 +357,12 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 			res.Duplicates++
 		}
 	}
-	if err := s.ingestNotices(ctx, ts, p, ev, micros(now), micros(received), res); err != nil {
+	if err := s.ingestNotices(ctx, ts, p, e.Ev, micros(now), micros(e.Received), res); err != nil {
 		return err
 	}
+	var news []*store.Inbound
 	for j := range p.Inbound {
 		in := &p.Inbound[j]
-		store.PrepareInbound(in, p.EventID, j, ev)
-		if in.ReceivedAt.IsZero() {
-			in.ReceivedAt = received
-		}
-		in.ReceivedAt = in.ReceivedAt.UTC().Truncate(store.Resolution)
 		var msgID sql.NullString
 		if in.ContextID != "" {
 			row, err := ts.queryRow(ctx, replyToSQL, in.Identity, in.ContextID, in.From, in.From)
@@ -431,22 +397,21 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, p *store.IngestParam
 			in.MessageID = &msgID.String
 		}
 		res.Inbound++
-		if in.From != "" {
-			if _, err := ts.exec(ctx, windowSQL, in.Identity, in.From, micros(in.ReceivedAt)); err != nil {
-				return fmt.Errorf("sqlite: ingest window: %w", err)
-			}
+		news = append(news, in)
+	}
+	for _, w := range rules.Windows(news) {
+		if _, err := ts.exec(ctx, windowSQL, w.Identity, w.Recipient, micros(w.At)); err != nil {
+			return fmt.Errorf("sqlite: ingest window: %w", err)
 		}
-		if in.From != "" && in.Identity != "" {
-			// The customer wrote: text held for their closed window need
-			// not wait out the hold. In this transaction, so that the
-			// window and the release are one change.
-			r, err := ts.exec(ctx, releaseHeldSQL, micros(now), in.Identity, in.From, micros(now))
-			if err != nil {
-				return fmt.Errorf("sqlite: ingest: release held rows: %w", err)
-			}
-			n, _ := r.RowsAffected()
-			res.Released += int(n)
+		if !w.Release {
+			continue
 		}
+		r, err := ts.exec(ctx, releaseHeldSQL, micros(now), w.Identity, w.Recipient, micros(now))
+		if err != nil {
+			return fmt.Errorf("sqlite: ingest: release held rows: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		res.Released += int(n)
 	}
 	return nil
 }
@@ -488,9 +453,6 @@ func scanEvidence(sc scanner) (*store.StatusEvidence, error) {
 	return &st, nil
 }
 
-// defaultApplyLimit bounds an EvidenceApply without a limit.
-const defaultApplyLimit = 1000
-
 // applyCandidatesSQL finds pending statuses that name a row (by provider
 // id within their identity, or by callback reference) that no drain holds
 // a live lease of, oldest provider timestamp first; applyEvidence decides
@@ -522,10 +484,7 @@ const attributeCandidatesSQL = `SELECT id, mid FROM (
 // parked statuses never holds the write lock; each is read again under
 // it before it is applied.
 func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store.ApplyResult, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = defaultApplyLimit
-	}
+	limit := rules.ApplyLimit(p)
 	now := p.Now.UTC().Truncate(store.Resolution)
 	if p.Now.IsZero() {
 		now = s.clock()
@@ -615,10 +574,10 @@ type idKey struct{ identity, providerID string }
 
 const matchCols = "id, identity, recipient, provider_id, state, lease_until"
 
-// matchStatus reads the rows st could be about (store.MatchStatus
-// decides): those of its identity with its provider id, and the one its
-// callback reference names.
-func matchStatus(ctx context.Context, ts *txStmts, st *store.StatusEvidence) (*store.MatchRow, bool, string, error) {
+// matchRows reads the rows st could be about (rules.Evidence decides):
+// those of its identity with its provider id, and the one its callback
+// reference names.
+func matchRows(ctx context.Context, ts *txStmts, st *store.StatusEvidence) ([]store.MatchRow, *store.MatchRow, error) {
 	scan := func(q string, args ...any) ([]store.MatchRow, error) {
 		stmt, err := ts.prepare(ctx, q)
 		if err != nil {
@@ -650,28 +609,27 @@ func matchStatus(ctx context.Context, ts *txStmts, st *store.StatusEvidence) (*s
 		byPID, err = scan("SELECT "+matchCols+" FROM messages WHERE identity = ? AND provider_id = ? AND provider_id <> '' ORDER BY id LIMIT 2",
 			st.Identity, st.ProviderID)
 		if err != nil {
-			return nil, false, "", err
+			return nil, nil, err
 		}
 	}
 	var ref *store.MatchRow
 	if st.CallbackRef != "" {
 		refs, err := scan("SELECT "+matchCols+" FROM messages WHERE id = ?", st.CallbackRef)
 		if err != nil {
-			return nil, false, "", err
+			return nil, nil, err
 		}
 		if len(refs) == 1 {
 			ref = &refs[0]
 		}
 	}
-	m, byRef, suspect := store.MatchStatus(st, byPID, ref)
-	return m, byRef, suspect, nil
+	return byPID, ref, nil
 }
 
 // applyEvidence applies the pending status id, if it is still pending
 // and its row is there and not under a live lease (nil otherwise), with
 // its outcome marked in the same transaction as its transition; or sets
-// it aside as suspect. It returns the provider id it recorded on the row
-// (matched by reference), if it did.
+// it aside as suspect (rules.Evidence decides). It returns the provider
+// id it recorded on the row (matched by reference), if it did.
 func (s *Store) applyEvidence(ctx context.Context, ts *txStmts, id string, now time.Time) (*store.AppliedEvidence, *idKey, error) {
 	row, err := ts.queryRow(ctx, "SELECT "+evidenceCols+" FROM evidence WHERE id = ? AND outcome = ''", id)
 	if err != nil {
@@ -684,60 +642,38 @@ func (s *Store) applyEvidence(ctx context.Context, ts *txStmts, id string, now t
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
-	m, byRef, suspect, err := matchStatus(ctx, ts, st)
+	byPID, ref, err := matchRows(ctx, ts, st)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
-	if suspect != "" {
-		if _, err := ts.exec(ctx, "UPDATE evidence SET outcome = ?, suspect = ?, applied_at = ? WHERE id = ?",
-			store.EvidenceSuspect, suspect, micros(now), st.ID); err != nil {
-			return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
-		}
-		return &store.AppliedEvidence{EvidenceID: st.ID, ProviderID: st.ProviderID, Status: st.Status,
-			Outcome: store.EvidenceSuspect, Detail: st.HistoryDetail() + ": set aside: " + suspect}, nil, nil
-	}
-	if m == nil || (m.State == state.Sending && m.LeaseUntil != nil && m.LeaseUntil.After(now)) {
-		return nil, nil, nil // parked: the drain holding the lease records its own answer
-	}
-	ev := state.Event{Kind: state.Evidence, Status: st.Status}
-	ae := &store.AppliedEvidence{EvidenceID: st.ID, MessageID: m.ID, ProviderID: st.ProviderID, Status: st.Status,
-		From: m.State, To: m.State, Detail: st.HistoryDetail()}
-	recordID := byRef && m.ProviderID == "" && st.ProviderID != ""
-	res, err := state.Transition(m.State, ev)
-	var refused *state.RefusedError
+	step, err := rules.Evidence(st, byPID, ref, now)
 	switch {
-	case errors.As(err, &refused):
-		ae.Outcome = store.EvidenceRefused
-		ae.Detail += ": refused: " + refused.Why
-		recordID = false
 	case err != nil:
 		return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
-	default:
-		tp := store.TransitionParams{ID: m.ID, From: m.State, Event: ev, Source: store.SourceWebhook, Detail: ae.Detail, Now: now}
-		if recordID {
-			tp.ProviderID = st.ProviderID
+	case step.Pending:
+		return nil, nil, nil // parked: the drain holding the lease records its own answer
+	case step.Suspect != "":
+		if _, err := ts.exec(ctx, "UPDATE evidence SET outcome = ?, suspect = ?, applied_at = ? WHERE id = ?",
+			store.EvidenceSuspect, step.Suspect, micros(now), st.ID); err != nil {
+			return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 		}
-		if res.Applied && st.Status == state.Failed {
-			tp.LastError = st.LastError()
-		}
-		if _, err := s.applyTransition(ctx, ts, &tp); err != nil {
+		return &step.Applied, nil, nil
+	}
+	if step.Transition != nil {
+		if _, err := s.applyTransition(ctx, ts, step.Transition); err != nil {
 			// The row was read under the write lock just now: any
 			// error here is the database's.
-			return nil, nil, fmt.Errorf("sqlite: apply evidence %s to %s: %w", st.ID, m.ID, err)
-		}
-		ae.To, ae.Outcome = res.To, store.EvidenceRecorded
-		if res.Applied {
-			ae.Outcome = store.EvidenceApplied
+			return nil, nil, fmt.Errorf("sqlite: apply evidence %s to %s: %w", st.ID, step.Applied.MessageID, err)
 		}
 	}
 	if _, err := ts.exec(ctx, "UPDATE evidence SET outcome = ?, message_id = ?, applied_at = ? WHERE id = ?",
-		ae.Outcome, m.ID, micros(now), st.ID); err != nil {
+		step.Applied.Outcome, step.Applied.MessageID, micros(now), st.ID); err != nil {
 		return nil, nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
-	if !recordID {
-		return ae, nil, nil
+	if !step.RecordsID {
+		return &step.Applied, nil, nil
 	}
-	return ae, &idKey{identity: st.Identity, providerID: st.ProviderID}, nil
+	return &step.Applied, &idKey{identity: st.Identity, providerID: st.ProviderID}, nil
 }
 
 // pendingOf returns the pending statuses of the given provider ids (each

@@ -23,6 +23,11 @@ type Harness struct {
 	// Reopen returns a second, independent handle (its own connections) on
 	// the database behind s, closed when t ends.
 	Reopen func(t *testing.T, s store.Store) store.Store
+	// RawTx runs stmts (SQL both stores accept) in one transaction on the
+	// database behind s and commits it, or rolls it back when !commit: a
+	// writer other than the store's own code (the events' triggers must
+	// see every one).
+	RawTx func(t *testing.T, s store.Store, commit bool, stmts ...string)
 }
 
 // Clock is a settable clock for tests.
@@ -55,6 +60,8 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Enqueue", func(t *testing.T) { t.Parallel(); testEnqueue(t, h) })
 	t.Run("EnqueueMany", func(t *testing.T) { t.Parallel(); testEnqueueMany(t, h) })
 	t.Run("Get", func(t *testing.T) { t.Parallel(); testGet(t, h) })
+	t.Run("OptOuts", func(t *testing.T) { t.Parallel(); testOptOuts(t, h) })
+	t.Run("Revive", func(t *testing.T) { t.Parallel(); testRevive(t, h) })
 	t.Run("List", func(t *testing.T) { t.Parallel(); testList(t, h) })
 	t.Run("Transition", func(t *testing.T) { t.Parallel(); testTransition(t, h) })
 	t.Run("Migrate", func(t *testing.T) { t.Parallel(); testMigrate(t, h) })
@@ -67,6 +74,11 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Clock", func(t *testing.T) { t.Parallel(); testClock(t, h) })
 	t.Run("EvidenceIdentity", func(t *testing.T) { t.Parallel(); testEvidenceIdentity(t, h) })
 	t.Run("Notices", func(t *testing.T) { t.Parallel(); testNotices(t, h) })
+	t.Run("Email", func(t *testing.T) { t.Parallel(); testEmail(t, h) })
+	t.Run("DailyRecipients", func(t *testing.T) { t.Parallel(); testDailyRecipients(t, h) })
+	t.Run("Challenge", func(t *testing.T) { t.Parallel(); testChallenge(t, h) })
+	t.Run("APIKeys", func(t *testing.T) { t.Parallel(); testAPIKeys(t, h) })
+	t.Run("Events", func(t *testing.T) { t.Parallel(); testEvents(t, h) })
 }
 
 func must[T any](t *testing.T) func(T, error) T {

@@ -115,6 +115,10 @@ type Status struct {
 type Message struct {
 	store.Inbound
 	PhoneNumberID string
+	// OptOut and OptIn say the message is a keyword the provider itself
+	// acts on (Twilio's STOP and START families): the processor records
+	// the sender as opted out of, or back in to, the identity.
+	OptOut, OptIn bool
 }
 
 // Note is one notice from a body, with the WhatsApp phone_number_id it

@@ -1,4 +1,4 @@
--- Vital signs (internal/store/vitals.go): what stats and health read besides 0002's.
+-- Vital signs (internal/store/vitals.go): what stats and health read besides 0003's.
 
 -- Counts by the minute (key conflicts and replays), so that health can ask
 -- how many came within a window; counters keeps the running totals.

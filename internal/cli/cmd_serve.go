@@ -1,0 +1,223 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/net/netutil"
+
+	"github.com/msgq/msgq/internal/api"
+	"github.com/msgq/msgq/internal/events"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/storeopen"
+)
+
+type serveOptions struct {
+	addr            string
+	tlsCert, tlsKey string
+	maxBody         int64
+	rate            float64
+	burst           int
+	keyCache        time.Duration
+	maxItems        int
+	maxConns        int
+	grace           time.Duration
+	// events runs a status-event dispatcher in the server (docs/events.md).
+	events bool
+	// cpuProfile is a hidden flag for profiling serve under load
+	// (bench/README.md): the CPU profile is written there on stop.
+	cpuProfile string
+}
+
+func (o *serveOptions) Validate() error {
+	switch {
+	case o.addr == "":
+		return usagef("--addr is required, e.g. :8080")
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return usagef("give --tls-cert and --tls-key together")
+	case o.maxBody <= 0:
+		return usagef("--max-body must be positive")
+	case o.rate <= 0 || o.burst <= 0:
+		return usagef("--rate and --burst must be positive")
+	case o.keyCache < 0:
+		return usagef("--key-cache must not be negative")
+	case o.maxItems <= 0 || o.maxConns <= 0 || o.grace <= 0:
+		return usagef("--max-batch, --max-conns and --grace must be positive")
+	}
+	return nil
+}
+
+func newServeCmd(a *app) *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the HTTP API: idempotent sends and message status for applications",
+		Long: `Serve msgq's HTTP API (docs/api.md; the contract is the OpenAPI 3.1 document at
+/v1/openapi.json, also docs/openapi.json):
+
+  POST /v1/messages          one send; the Idempotency-Key header is its key
+  POST /v1/messages/batch    many sends, each with its own "key" (a result each)
+  GET  /v1/messages/{id}     a message as msgq show -o json prints it
+  GET  /v1/messages?key=K    the same, by its key
+  GET  /v1/openapi.json      the contract
+
+Every request but the last needs Authorization: Bearer KEY, a key made with
+msgq api-keys create; the key's tenant is the request's. A send is validated as
+msgq send --file validates a line. 202: the message was written and is durable;
+200 with Idempotent-Replayed: true: the key was sent with the same body before
+(nothing written); 409: the key holds another body; 422: invalid (nothing
+written). Concurrent sends are written together, one transaction for many.
+
+Each key may make --rate requests a second (bursts of --burst); beyond: 429
+with Retry-After. A body over --max-body is 413. While the store is unreachable
+the answer is 503 with Retry-After: retrying with the same key is safe. A key's
+look-up is cached for --key-cache, so a revoked key is refused at most that
+long after msgq api-keys revoke. SIGINT/SIGTERM stop accepting, let requests
+in progress finish (at most --grace), and exit 0.
+
+Unless --events=false, serve also delivers the status events of tenants with
+an endpoint (msgq endpoints add), as msgq endpoints deliver --follow does with
+its defaults; both, and many serve processes, can run at once (each claims
+with a lease).
+
+` + exitStatusHelp,
+		Example: `  msgq serve --addr :8080
+  msgq serve --addr :8443 --tls-cert cert.pem --tls-key key.pem`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			var tlsCfg *tls.Config
+			if o.tlsCert != "" {
+				cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+				if err != nil {
+					return usagef("--tls-cert/--tls-key: %v", err)
+				}
+				tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+			}
+			if o.cpuProfile != "" {
+				f, err := os.Create(o.cpuProfile)
+				if err != nil {
+					return usagef("--cpuprofile: %v", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return usagef("--cpuprofile: %v", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
+			st, err := a.store(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return runServe(cmd.Context(), a, st, tlsCfg, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", ":8080", "address to listen on")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain), with --tls-key")
+	f.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
+	f.Int64Var(&o.maxBody, "max-body", api.DefaultMaxBody, "largest request body, in bytes (larger: 413)")
+	f.Float64Var(&o.rate, "rate", api.DefaultRate, "requests a second each API key may make (beyond: 429 with Retry-After)")
+	f.IntVar(&o.burst, "burst", api.DefaultBurst, "requests an API key may make at once above --rate")
+	f.DurationVar(&o.keyCache, "key-cache", api.DefaultKeyCache, "how long a key's look-up is trusted: a revoke takes effect within it (0: every request reads the store)")
+	f.IntVar(&o.maxItems, "max-batch", api.DefaultMaxItems, "most messages in one POST /v1/messages/batch")
+	f.IntVar(&o.maxConns, "max-conns", defaultMaxConns, "connections open at once (more wait to be accepted)")
+	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long requests in progress may finish")
+	f.BoolVar(&o.events, "events", true, "deliver status events to the tenants' endpoints while serving (as msgq endpoints deliver --follow)")
+	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file until serve stops (for bench/api)")
+	_ = f.MarkHidden("cpuprofile")
+	return cmd
+}
+
+func runServe(ctx context.Context, a *app, st store.Store, tlsCfg *tls.Config, o *serveOptions) error {
+	srvAPI := api.New(api.Config{
+		Store: st, Parse: a.apiParser(),
+		Show:    func(ctx context.Context, st store.Store, m *store.Message) (any, error) { return showOf(ctx, st, m) },
+		MaxBody: o.maxBody, Rate: o.rate, Burst: o.burst, KeyCache: o.keyCache, MaxItems: o.maxItems,
+		Log: a.log, ConnectionLost: storeopen.ConnectionLost,
+	})
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", o.addr)
+	if err != nil {
+		srvAPI.Close()
+		return err
+	}
+	ln = netutil.LimitListener(ln, o.maxConns)
+	scheme := "http"
+	if tlsCfg != nil {
+		ln, scheme = tls.NewListener(ln, tlsCfg), "https"
+	}
+	srv := &http.Server{
+		Handler:           srvAPI.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		WriteTimeout:      time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	srv.ConnState = keepAliveGovernor(srv, o.maxConns)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	dispatched := make(chan struct{})
+	if o.events {
+		go func() { defer close(dispatched); dispatchEvents(ctx, a, st) }()
+	} else {
+		close(dispatched)
+	}
+	fmt.Fprintf(a.ios.Err, "serve: listening on %s://%s\n", scheme, ln.Addr())
+
+	var serveErr error
+	select {
+	case serveErr = <-served:
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.grace)
+	defer cancel()
+	// Shutdown waits for handlers, each of which waits for its send's
+	// write: every 202 sent was durable; a request cut off got no answer,
+	// and its client retries with its key.
+	if err := srv.Shutdown(sctx); err != nil {
+		a.log.Warn("serve: requests still in progress after --grace were cut off; their clients retry with their keys", "err", err)
+		srv.Close()
+	}
+	srvAPI.Close()
+	// The dispatcher saw ctx end too (or serve failed, and ctx ends with
+	// the process): its deliveries in flight finish and are recorded.
+	if serveErr == nil {
+		<-dispatched
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	fmt.Fprintln(a.ios.Err, "serve: stopped")
+	return nil
+}
+
+// dispatchEvents delivers status events until ctx ends. A store error
+// ends one run of the dispatcher, not the server: it starts again after a
+// pause, and its leases keep any event from going out twice at once.
+func dispatchEvents(ctx context.Context, a *app, st store.Store) {
+	owner := leaseOwner()
+	for pause := time.Second; ctx.Err() == nil; pause = min(pause*2, time.Minute) {
+		d := &events.Dispatcher{Store: st, Owner: owner, Follow: true, Log: a.log}
+		_, err := d.Run(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		a.log.Warn("serve: status events: the dispatcher stopped; starting again", "err", storeopen.RedactErr(a.cfg.Store, err), "in", pause)
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+	}
+}

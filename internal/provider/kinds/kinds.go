@@ -1,0 +1,69 @@
+// Package kinds is the one list of the providers msgq knows. It imports
+// each provider package, so that nothing else has to: the CLI, the webhook
+// receiver and processor, and reconcile all find a provider here by name.
+package kinds
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/msgq/msgq/internal/provider"
+	"github.com/msgq/msgq/internal/provider/httpapi"
+	"github.com/msgq/msgq/internal/provider/smtp"
+	"github.com/msgq/msgq/internal/provider/twilio"
+	"github.com/msgq/msgq/internal/provider/whatsapp"
+	"github.com/msgq/msgq/internal/sim"
+)
+
+// All are the kinds, in the order messages list them. Adding a provider is
+// one line here (docs/providers.md, "Adding a provider").
+var All = []*provider.Kind{
+	&whatsapp.Kind,
+	&httpapi.Kind,
+	&sim.Kind,
+	&twilio.Kind,
+	&smtp.Kind,
+}
+
+// ByName returns the kind called name.
+func ByName(name string) (*provider.Kind, bool) {
+	for _, k := range All {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return nil, false
+}
+
+// Names lists the kinds' names as a message does: "whatsapp, http or sim".
+func Names() string {
+	names := make([]string, len(All))
+	for i, k := range All {
+		names[i] = k.Name
+	}
+	return orList(names)
+}
+
+// Channels lists every channel some kind sends on, as a message does:
+// "whatsapp or sms".
+func Channels() []string {
+	var out []string
+	for _, k := range All {
+		for _, c := range k.Channels {
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// OrList joins words as "a, b or c".
+func OrList(words []string) string { return orList(words) }
+
+func orList(words []string) string {
+	if len(words) <= 1 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}

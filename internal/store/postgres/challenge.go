@@ -1,0 +1,365 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
+)
+
+// pgQ is what reads a challenge: the pool or a transaction.
+type pgQ interface {
+	Query(ctx context.Context, q string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, q string, args ...any) pgx.Row
+}
+
+const challengeCols = `id, tenant, key, body_hash, deadline, accept_duplicate_risk, fallback_undelivered, supersedes,
+	outcome, by_step, blocked_step, why, next_at, created_at, updated_at`
+
+// loadChallenge reads the challenge matching where (nil, nil when none)
+// with its steps' rows; lock is appended to the challenge's SELECT.
+func loadChallenge(ctx context.Context, q pgQ, where, lock string, args ...any) (*store.Challenge, error) {
+	var c store.Challenge
+	var deadline, next *time.Time
+	err := q.QueryRow(ctx, "SELECT "+challengeCols+" FROM challenges WHERE "+where+lock, args...).Scan(&c.ID, &c.Tenant, &c.Key,
+		&c.BodyHash, &deadline, &c.AcceptDuplicateRisk, &c.FallbackUndelivered, &c.Supersedes, &c.Outcome, &c.By, &c.Blocked,
+		&c.Why, &next, &c.CreatedAt, &c.UpdatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("postgres: challenge: %w", err)
+	}
+	c.Deadline, c.NextAt = utcPtr(deadline), utcPtr(next)
+	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
+	rs, err := q.Query(ctx, "SELECT "+prefixed("m.", messageCols)+", cs.step, cs.release_at, cs.released, cs.why FROM challenge_steps cs "+
+		"JOIN messages m ON m.id = cs.message_id WHERE cs.challenge_id = $1 ORDER BY cs.step", c.ID)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: challenge steps: %w", err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var st store.ChallengeStep
+		m, err := scanMessage(withExtra(rs, &st.Step, &st.ReleaseAt, &st.Released, &st.Why))
+		if err != nil {
+			return nil, fmt.Errorf("postgres: challenge steps: %w", err)
+		}
+		st.ReleaseAt, st.Message = st.ReleaseAt.UTC(), *m
+		c.Steps = append(c.Steps, st)
+	}
+	return &c, rs.Err()
+}
+
+// ChallengeGet finds a challenge by its key, or by one of its steps.
+func (s *Store) ChallengeGet(ctx context.Context, tenant, ref string) (*store.Challenge, error) {
+	if tenant == "" {
+		tenant = store.DefaultTenant
+	}
+	c, err := loadChallenge(ctx, s.pool, "tenant = $1 AND key = $2", "", tenant, ref)
+	if err == nil && c == nil {
+		c, err = loadChallenge(ctx, s.pool, "id = (SELECT cs.challenge_id FROM challenge_steps cs JOIN messages m ON m.id = cs.message_id "+
+			"WHERE m.tenant = $1 AND (m.id = $2 OR m.key = $2) LIMIT 1)", "", tenant, ref)
+	}
+	if err == nil && c == nil {
+		err = store.ErrNotFound
+	}
+	return c, err
+}
+
+// ChallengeEnqueue writes a challenge, its steps and what it supersedes
+// in one transaction. The challenge row goes first (ON CONFLICT DO
+// NOTHING): a concurrent enqueue of the same key waits for it and then
+// finds it, a replay or a conflict, before writing any step.
+func (s *Store) ChallengeEnqueue(ctx context.Context, p *store.ChallengeParams) (*store.ChallengeResult, error) {
+	now, err := s.clock(ctx, s.pool)
+	if err != nil {
+		return nil, err
+	}
+	c, msgs, err := rules.ChallengeBuild(p, now, s.ids.New)
+	if err != nil {
+		return nil, err
+	}
+	res := &store.ChallengeResult{Challenge: c}
+	var refused error
+	err = s.inTx(ctx, "challenge enqueue", func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, "INSERT INTO challenges ("+challengeCols+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $14) "+
+			"ON CONFLICT (tenant, key) DO NOTHING",
+			c.ID, c.Tenant, c.Key, c.BodyHash, c.Deadline, c.AcceptDuplicateRisk, c.FallbackUndelivered, c.Supersedes,
+			c.Outcome, c.By, c.Blocked, c.Why, c.NextAt, now)
+		if err != nil {
+			return fmt.Errorf("postgres: challenge enqueue: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			old, err := loadChallenge(ctx, tx, "tenant = $1 AND key = $2", "", c.Tenant, c.Key)
+			if err != nil {
+				return err
+			}
+			if old == nil {
+				return fmt.Errorf("postgres: challenge enqueue: key %q neither inserted nor found", c.Key)
+			}
+			replay := old.BodyHash == c.BodyHash
+			if replay {
+				res = &store.ChallengeResult{Challenge: old, Replayed: true}
+			} else {
+				refused = &store.ConflictError{Tenant: old.Tenant, Key: old.Key, ExistingID: old.ID}
+			}
+			return countRefusedWrites(ctx, tx, now, b2i(replay), b2i(!replay))
+		}
+		if c.Supersedes != "" {
+			sup, err := loadChallenge(ctx, tx, "tenant = $1 AND key = $2", " FOR UPDATE", c.Tenant, c.Supersedes)
+			if err != nil {
+				return err
+			}
+			if sup == nil {
+				return &store.InvalidError{Field: "supersedes", Msg: fmt.Sprintf("no challenge has key %q", c.Supersedes)}
+			}
+			for _, x := range rules.Supersede(sup, c.Key) {
+				ok, err := cancelStep(ctx, tx, x, store.SourceSend, now)
+				if err != nil {
+					return err
+				}
+				if ok {
+					res.Superseded++
+					if _, err := tx.Exec(ctx, "UPDATE challenge_steps SET why = $1 WHERE challenge_id = $2 AND step = $3",
+						"canceled: "+x.Detail, sup.ID, x.Step); err != nil {
+						return fmt.Errorf("postgres: supersede: %w", err)
+					}
+				}
+			}
+			if _, err := tx.Exec(ctx, "UPDATE challenges SET outcome = $1, why = $2, next_at = NULL, updated_at = $3 WHERE id = $4 AND outcome = 'open'",
+				store.ChallengeSuperseded, "superseded by challenge "+c.Key, now, sup.ID); err != nil {
+				return fmt.Errorf("postgres: supersede: %w", err)
+			}
+		}
+		ids := make([]string, len(msgs))
+		for i, m := range msgs {
+			payload, _ := json.Marshal(m.Payload)
+			tag, err := tx.Exec(ctx, "INSERT INTO messages (id, tenant, key, body_hash, recipient, channel, identity, purpose, "+
+				"trigger_ref, lane, payload, state, next_attempt_at, expires_at, resend_of, created_at, updated_at) "+
+				"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16) ON CONFLICT (tenant, key) DO NOTHING",
+				m.ID, m.Tenant, m.Key, m.BodyHash, m.To, m.Channel, m.Identity, m.Purpose, m.TriggerRef, m.Lane, string(payload),
+				string(m.State), m.NextAttemptAt, m.ExpiresAt, m.ResendOf, now)
+			if err != nil {
+				return fmt.Errorf("postgres: challenge enqueue: %w", err)
+			}
+			if tag.RowsAffected() == 0 {
+				// A single send holds the key: the challenge is another body.
+				var existing string
+				if err := tx.QueryRow(ctx, "SELECT id FROM messages WHERE tenant = $1 AND key = $2", m.Tenant, m.Key).Scan(&existing); err != nil {
+					return fmt.Errorf("postgres: challenge enqueue: %w", err)
+				}
+				return &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: existing}
+			}
+			st := c.Steps[i]
+			if _, err := tx.Exec(ctx, "INSERT INTO challenge_steps (challenge_id, step, message_id, release_at, released, why, seen_state) "+
+				"VALUES ($1, $2, $3, $4, $5, $6, $7)", c.ID, st.Step, m.ID, st.ReleaseAt, st.Released, st.Why, string(m.State)); err != nil {
+				return fmt.Errorf("postgres: challenge enqueue: %w", err)
+			}
+			ids[i] = m.ID
+		}
+		return writeEnqueueHistory(ctx, tx, ids, now)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if refused != nil {
+		return nil, refused
+	}
+	return res, nil
+}
+
+// ChallengeTick decides due and changed open challenges, each in a
+// transaction of its own that locks the challenge row (SKIP LOCKED: a
+// challenge another tick is deciding is left to it).
+func (s *Store) ChallengeTick(ctx context.Context, p *store.TickParams) (int, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	now, err := s.at(ctx, s.pool, p.Now)
+	if err != nil {
+		return 0, err
+	}
+	rs, err := s.pool.Query(ctx, "SELECT id FROM challenges c WHERE outcome = 'open' AND ((next_at IS NOT NULL AND next_at <= $1) "+
+		"OR EXISTS (SELECT 1 FROM challenge_steps cs JOIN messages m ON m.id = cs.message_id WHERE cs.challenge_id = c.id AND m.state <> cs.seen_state)) "+
+		"ORDER BY next_at LIMIT $2", now, limit)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: challenge tick: %w", err)
+	}
+	ids, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("postgres: challenge tick: %w", err)
+	}
+	n := 0
+	for _, id := range ids {
+		var done bool
+		err := s.inTx(ctx, "challenge tick", func(tx pgx.Tx) error {
+			var err error
+			done, err = s.tickOne(ctx, tx, id, p)
+			if !done && err == nil {
+				return errUndo
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, errUndo) {
+			return n, err
+		}
+		if done {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// errUndo rolls a tick's transaction back: a step moved since it was
+// read, and the next tick decides again.
+var errUndo = errors.New("challenge tick: undone")
+
+func (s *Store) tickOne(ctx context.Context, tx pgx.Tx, id string, p *store.TickParams) (bool, error) {
+	c, err := loadChallenge(ctx, tx, "id = $1 AND outcome = 'open'", " FOR UPDATE SKIP LOCKED", id)
+	if err != nil || c == nil {
+		return false, err
+	}
+	now, err := s.at(ctx, tx, p.Now)
+	if err != nil {
+		return false, err
+	}
+	plan := rules.ChallengeTick(c, now)
+	for _, x := range plan.Cancels {
+		ok, err := cancelStep(ctx, tx, x, p.Source, now)
+		if err != nil || !ok {
+			return false, err // !ok: claimed since it was read; undo
+		}
+	}
+	if plan.Release > 0 {
+		st := c.Steps[plan.Release-1]
+		tag, err := tx.Exec(ctx, "UPDATE messages SET next_attempt_at = $1, updated_at = $1 WHERE id = $2 AND state = 'queued'", now, st.Message.ID)
+		if err != nil {
+			return false, fmt.Errorf("postgres: challenge release: %w", err)
+		}
+		if tag.RowsAffected() != 1 {
+			return false, nil
+		}
+		if _, err := tx.Exec(ctx, "UPDATE challenge_steps SET released = true WHERE challenge_id = $1 AND step = $2", c.ID, st.Step); err != nil {
+			return false, fmt.Errorf("postgres: challenge release: %w", err)
+		}
+		if _, err := tx.Exec(ctx, notifySQL); err != nil {
+			return false, fmt.Errorf("postgres: challenge release notify: %w", err)
+		}
+	}
+	for step, why := range plan.StepWhy {
+		if _, err := tx.Exec(ctx, "UPDATE challenge_steps SET why = $1 WHERE challenge_id = $2 AND step = $3", why, c.ID, step); err != nil {
+			return false, fmt.Errorf("postgres: challenge tick: %w", err)
+		}
+	}
+	if _, err := tx.Exec(ctx, "UPDATE challenge_steps cs SET seen_state = m.state FROM messages m WHERE m.id = cs.message_id AND cs.challenge_id = $1", c.ID); err != nil {
+		return false, fmt.Errorf("postgres: challenge tick: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE challenges SET outcome = $1, by_step = $2, blocked_step = $3, why = $4, next_at = $5, updated_at = $6 WHERE id = $7",
+		plan.Outcome, plan.By, plan.Blocked, plan.Why, plan.NextAt, now, c.ID); err != nil {
+		return false, fmt.Errorf("postgres: challenge tick: %w", err)
+	}
+	return true, nil
+}
+
+// cancelStep cancels a step that has not gone out, through the machine's
+// cancel, with x.Detail in its history; false when the row is no longer
+// queued.
+func cancelStep(ctx context.Context, tx pgx.Tx, x rules.StepCancel, source string, now time.Time) (bool, error) {
+	res := rules.ChallengeCancel()
+	tag, err := tx.Exec(ctx, "UPDATE messages SET state = $1, reason = $2, updated_at = $3 WHERE id = $4 AND state = 'queued'",
+		string(res.To), string(res.Reason), now, x.ID)
+	if err != nil {
+		return false, fmt.Errorf("postgres: challenge cancel: %w", err)
+	}
+	if tag.RowsAffected() != 1 {
+		return false, nil
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq) "+
+		"SELECT $1, $2, $3, $4, $5, true, $6, $7, $8, coalesce(max(seq), 0) + 1 FROM history WHERE message_id = $1",
+		x.ID, string(state.Queued), string(res.To), string(res.Reason), rules.ChallengeCancelEvent, source, x.Detail, now); err != nil {
+		return false, fmt.Errorf("postgres: challenge cancel history: %w", err)
+	}
+	return true, nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// challengeVitals reads store.ChallengeVitals in Stats' read transaction
+// (the recent figures from since).
+func challengeVitals(ctx context.Context, tx pgx.Tx, now, since time.Time, v *store.ChallengeVitals) error {
+	v.CompletedByStep = map[string]int{}
+	rs, err := tx.Query(ctx, "SELECT outcome, by_step, blocked_step > 0, count(*)::int FROM challenges GROUP BY 1, 2, 3")
+	if err != nil {
+		return fmt.Errorf("postgres: stats: challenges: %w", err)
+	}
+	for rs.Next() {
+		var outcome string
+		var by, n int
+		var blocked bool
+		if err := rs.Scan(&outcome, &by, &blocked, &n); err != nil {
+			rs.Close()
+			return fmt.Errorf("postgres: stats: challenges: %w", err)
+		}
+		v.Add(outcome, by, blocked, n)
+	}
+	rs.Close()
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("postgres: stats: challenges: %w", err)
+	}
+	for _, q := range []struct {
+		sql  string
+		args []any
+		dst  *int
+	}{
+		{"SELECT count(*)::int FROM challenges WHERE supersedes <> ''", nil, &v.SupersedingSends},
+		{"SELECT count(*)::int FROM challenge_steps WHERE step > 1 AND released", nil, &v.FallbacksFired},
+		{"SELECT count(*)::int FROM challenge_steps cs JOIN messages m ON m.id = cs.message_id WHERE m.state = 'unknown' " +
+			"AND m.expires_at IS NOT NULL AND m.expires_at <= $1", []any{now}, &v.UnknownPastDeadline},
+		{"SELECT count(*)::int FROM challenges WHERE outcome = 'expired' AND deadline >= $1 AND deadline <= $2",
+			[]any{since, now}, &v.RecentExpired},
+	} {
+		if err := tx.QueryRow(ctx, q.sql, q.args...).Scan(q.dst); err != nil {
+			return fmt.Errorf("postgres: stats: challenges: %w", err)
+		}
+	}
+	// Creation to first delivery: the challenges one of whose steps got
+	// delivered evidence within the window (history_delivered, then the
+	// unique message_id of challenge_steps), each measured to its first
+	// delivered evidence of any step, which must itself be in the window.
+	rs, err = tx.Query(ctx, "SELECT (extract(epoch FROM first - created_at) * 1000000)::bigint FROM (SELECT c.created_at, "+
+		"(SELECT min(h.at) FROM challenge_steps s JOIN history h ON h.message_id = s.message_id "+
+		"WHERE s.challenge_id = c.id AND h.to_state = 'delivered' AND h.applied) AS first FROM challenges c "+
+		"WHERE c.id IN (SELECT cs.challenge_id FROM history h JOIN challenge_steps cs ON cs.message_id = h.message_id "+
+		"WHERE h.to_state = 'delivered' AND h.applied AND h.at >= $1)) f WHERE first >= $1 ORDER BY first DESC LIMIT $2",
+		since, store.LatencySample)
+	if err != nil {
+		return fmt.Errorf("postgres: stats: challenges: %w", err)
+	}
+	defer rs.Close()
+	var lat []time.Duration
+	for rs.Next() {
+		var us int64
+		if err := rs.Scan(&us); err != nil {
+			return fmt.Errorf("postgres: stats: challenges: %w", err)
+		}
+		lat = append(lat, time.Duration(us)*time.Microsecond)
+	}
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("postgres: stats: challenges: %w", err)
+	}
+	rules.SetFirstDeliveries(v, lat)
+	return nil
+}

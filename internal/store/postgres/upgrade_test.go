@@ -1,0 +1,144 @@
+package postgres
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/msgq/msgq/internal/store/storetest"
+)
+
+// fixtureSchema loads testdata/c946b42.sql (a pg_dump of a store made by
+// msgq at commit c946b42, numbered 1-10 the old way; see
+// storetest.FixtureC946b42) into a fresh schema, with nothing migrated
+// by the current code, and returns a handle on it that has not migrated.
+func fixtureSchema(t *testing.T, url string) *handle {
+	t.Helper()
+	ctx := context.Background()
+	b, err := os.ReadFile(filepath.Join("testdata", "c946b42.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := freshSchema(t, url)
+	h := open(t, url, schema, Options{NoMigrate: true})
+	dump := strings.ReplaceAll(string(b), "msgq_old.", pgx.Identifier{schema}.Sanitize()+".")
+	if _, err := h.pool.Exec(ctx, dump); err != nil {
+		t.Fatalf("load the c946b42 fixture: %v", err)
+	}
+	return h
+}
+
+func versions(t *testing.T, h *handle) []int {
+	t.Helper()
+	rs, err := h.pool.Query(context.Background(), "SELECT version FROM schema_migrations ORDER BY version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := pgx.CollectRows(rs, pgx.RowTo[int])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}
+
+// A store from c946b42 recorded 1-10 in the old numbering: the runner
+// renumbers them once (2-10 become 3-11, and 2, whose tables are in this
+// store's 0001, counts as applied), runs nothing again and skips nothing.
+func TestAStoreFromC946b42IsRenumberedOnceAndMigratesNothing(t *testing.T) {
+	url := testURL(t)
+	t.Parallel()
+	ctx := context.Background()
+	h := fixtureSchema(t, url)
+	if got := versions(t, h); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
+		t.Fatalf("the fixture records %v, want the old 1-10", got)
+	}
+	applied, err := h.Migrate(ctx)
+	// Only what came after c946b42 (0012 opt-outs, 0013 daily recipients, 0014 challenges, 0015 API keys, 0016 events, 0017 SQL enqueue); nothing runs again.
+	if err != nil || !reflect.DeepEqual(applied, []int{12, 13, 14, 15, 16, 17}) {
+		t.Fatalf("migrating a c946b42 store applied %v, %v; want [12 13 14 15 16 17] (what came after it)", applied, err)
+	}
+	want := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}
+	if got := versions(t, h); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after migrating, versions %v, want %v", got, want)
+	}
+	if again, err := h.Migrate(ctx); err != nil || len(again) != 0 || !reflect.DeepEqual(versions(t, h), want) {
+		t.Fatalf("migrating again applied %v, %v, versions %v; want nothing changed", again, err, versions(t, h))
+	}
+	// A second process opening it (migrating on open) finds it current.
+	other := open(t, url, h.schema, Options{})
+	if got := versions(t, other); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after a second open, versions %v, want %v", got, want)
+	}
+	now, err := h.ClockNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.FixtureC946b42(t, other, now)
+}
+
+// A store at the old 9 (made before vitals) is renumbered to 10 and then
+// gets 11, the old 10's change, once.
+func TestAStoreFromBeforeVitalsIsRenumberedAndGetsTheRest(t *testing.T) {
+	url := testURL(t)
+	t.Parallel()
+	ctx := context.Background()
+	h := fixtureSchema(t, url)
+	// Undo the old 0010 (vitals), as a store made before it would be.
+	for _, q := range []string{"DROP TABLE counts_by_minute", "DROP INDEX history_failed", "DROP INDEX history_sent",
+		"DROP INDEX messages_maybe_sent", "DELETE FROM schema_migrations WHERE version = 10"} {
+		if _, err := h.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applied, err := h.Migrate(ctx)
+	if err != nil || !reflect.DeepEqual(applied, []int{11, 12, 13, 14, 15, 16, 17}) {
+		t.Fatalf("migrating an old version-9 store applied %v, %v; want [11 12 13 14 15 16 17]", applied, err)
+	}
+	if got := versions(t, h); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}) {
+		t.Fatalf("after migrating, versions %v", got)
+	}
+	now, err := h.ClockNow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.FixtureC946b42(t, h, now)
+}
+
+// A new schema is numbered the shared way from the start: nothing of it
+// is ever renumbered.
+func TestANewSchemaIsNeverRenumbered(t *testing.T) {
+	url := testURL(t)
+	t.Parallel()
+	ctx := context.Background()
+	h := open(t, url, freshSchema(t, url), Options{})
+	want := versions(t, h)
+	// Undo 0011 and what came after it (up to 0017), as a schema made before 0011 was
+	// written would be.
+	for _, q := range []string{"DROP FUNCTION enqueue, normalize_phone, normalize_email, phone_extract_calling_code, " +
+		"phone_strip_national_prefix, phone_length, go_json_array, go_json, new_ulid, mq_invalid",
+		"DROP TABLE sql_identities, phone_metadata_version, phone_metadata", "DELETE FROM schema_migrations WHERE version = 17",
+		"DROP FUNCTION history_events CASCADE", "DROP FUNCTION challenge_events CASCADE",
+		"DROP TABLE events", "DROP TABLE endpoints", "DELETE FROM schema_migrations WHERE version = 16",
+		"DROP TABLE api_keys", "DELETE FROM schema_migrations WHERE version = 15",
+		"DROP TABLE challenge_steps", "DROP TABLE challenges", "DELETE FROM schema_migrations WHERE version = 14",
+		"DROP TABLE daily_recipients", "DELETE FROM schema_migrations WHERE version = 13",
+		"DROP TABLE opt_outs", "DELETE FROM schema_migrations WHERE version = 12",
+		"DROP TABLE counts_by_minute", "DROP INDEX history_failed", "DROP INDEX history_sent",
+		"DROP INDEX messages_maybe_sent", "DELETE FROM schema_migrations WHERE version = 11"} {
+		if _, err := h.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applied, err := h.Migrate(ctx)
+	if err != nil || !reflect.DeepEqual(applied, []int{11, 12, 13, 14, 15, 16, 17}) {
+		t.Fatalf("re-migrating after deleting 11 to 17 applied %v, %v; want [11 12 13 14 15 16 17] (no renumbering)", applied, err)
+	}
+	if got := versions(t, h); !reflect.DeepEqual(got, want) {
+		t.Fatalf("versions %v, want %v", got, want)
+	}
+}

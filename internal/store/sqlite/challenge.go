@@ -1,0 +1,377 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
+)
+
+// sqlQ is what reads a challenge: the reader pool or a transaction.
+type sqlQ interface {
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+const challengeCols = `id, tenant, key, body_hash, deadline, accept_duplicate_risk, fallback_undelivered, supersedes,
+	outcome, by_step, blocked_step, why, next_at, created_at, updated_at`
+
+// loadChallenge reads the challenge matching where (nil, nil when none)
+// with its steps' rows.
+func loadChallenge(ctx context.Context, q sqlQ, where string, args ...any) (*store.Challenge, error) {
+	var (
+		c                store.Challenge
+		deadline, next   sql.NullInt64
+		created, updated int64
+	)
+	err := q.QueryRowContext(ctx, "SELECT "+challengeCols+" FROM challenges WHERE "+where, args...).Scan(&c.ID, &c.Tenant, &c.Key,
+		&c.BodyHash, &deadline, &c.AcceptDuplicateRisk, &c.FallbackUndelivered, &c.Supersedes, &c.Outcome, &c.By, &c.Blocked,
+		&c.Why, &next, &created, &updated)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: challenge: %w", err)
+	}
+	c.Deadline, c.NextAt = fromNullMicros(deadline), fromNullMicros(next)
+	c.CreatedAt, c.UpdatedAt = fromMicros(created), fromMicros(updated)
+	rs, err := q.QueryContext(ctx, "SELECT "+messageCols+", cs.step, cs.release_at, cs.released, cs.why FROM challenge_steps cs "+
+		"JOIN messages ON messages.id = cs.message_id WHERE cs.challenge_id = ? ORDER BY cs.step", c.ID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: challenge steps: %w", err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var st store.ChallengeStep
+		var rel int64
+		m, err := scanMessage(extra{rs, []any{&st.Step, &rel, &st.Released, &st.Why}})
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: challenge steps: %w", err)
+		}
+		st.ReleaseAt, st.Message = fromMicros(rel), *m
+		c.Steps = append(c.Steps, st)
+	}
+	return &c, rs.Err()
+}
+
+// ChallengeGet finds a challenge by its key, or by one of its steps.
+func (s *Store) ChallengeGet(ctx context.Context, tenant, ref string) (*store.Challenge, error) {
+	if tenant == "" {
+		tenant = store.DefaultTenant
+	}
+	c, err := loadChallenge(ctx, s.r, "tenant = ? AND key = ?", tenant, ref)
+	if err == nil && c == nil {
+		c, err = loadChallenge(ctx, s.r, "id = (SELECT cs.challenge_id FROM challenge_steps cs JOIN messages m ON m.id = cs.message_id "+
+			"WHERE m.tenant = ? AND (m.id = ? OR m.key = ?))", tenant, ref, ref)
+	}
+	if err == nil && c == nil {
+		err = store.ErrNotFound
+	}
+	return c, err
+}
+
+// ChallengeEnqueue writes a challenge, its steps and what it supersedes
+// in one write transaction.
+func (s *Store) ChallengeEnqueue(ctx context.Context, p *store.ChallengeParams) (*store.ChallengeResult, error) {
+	now := s.clock()
+	c, msgs, err := rules.ChallengeBuild(p, now, s.ids.New)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: challenge enqueue: %w", err)
+	}
+	defer tx.Rollback()
+	old, err := loadChallenge(ctx, tx, "tenant = ? AND key = ?", c.Tenant, c.Key)
+	if err != nil {
+		return nil, err
+	}
+	if old != nil {
+		replay := old.BodyHash == c.BodyHash
+		if err := countRefusedWrites(ctx, tx, now, b2i(replay), b2i(!replay)); err != nil {
+			return nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, fmt.Errorf("sqlite: challenge enqueue: commit: %w", err)
+		}
+		if !replay {
+			return nil, &store.ConflictError{Tenant: old.Tenant, Key: old.Key, ExistingID: old.ID}
+		}
+		return &store.ChallengeResult{Challenge: old, Replayed: true}, nil
+	}
+	res := &store.ChallengeResult{Challenge: c}
+	if c.Supersedes != "" {
+		sup, err := loadChallenge(ctx, tx, "tenant = ? AND key = ?", c.Tenant, c.Supersedes)
+		if err != nil {
+			return nil, err
+		}
+		if sup == nil {
+			return nil, &store.InvalidError{Field: "supersedes", Msg: fmt.Sprintf("no challenge has key %q", c.Supersedes)}
+		}
+		for _, x := range rules.Supersede(sup, c.Key) {
+			ok, err := cancelStep(ctx, tx, x, store.SourceSend, now)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				res.Superseded++
+				if _, err := tx.ExecContext(ctx, "UPDATE challenge_steps SET why = ? WHERE challenge_id = ? AND step = ?",
+					"canceled: "+x.Detail, sup.ID, x.Step); err != nil {
+					return nil, fmt.Errorf("sqlite: supersede: %w", err)
+				}
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE challenges SET outcome = ?, why = ?, next_at = NULL, updated_at = ? WHERE id = ? AND outcome = 'open'",
+			store.ChallengeSuperseded, "superseded by challenge "+c.Key, micros(now), sup.ID); err != nil {
+			return nil, fmt.Errorf("sqlite: supersede: %w", err)
+		}
+	}
+	for i, m := range msgs {
+		payload, _ := json.Marshal(m.Payload)
+		var exp time.Time
+		if m.ExpiresAt != nil {
+			exp = *m.ExpiresAt
+		}
+		var id string
+		err := tx.QueryRowContext(ctx, insertMessagesSQL(1), m.ID, m.Tenant, m.Key, m.BodyHash, m.To, m.Channel, m.Identity,
+			m.Purpose, m.TriggerRef, m.Lane, string(payload), string(m.State),
+			micros(m.NextAttemptAt), nullMicros(exp), m.ResendOf, micros(now), micros(now)).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) {
+			// A single send holds the key: the challenge is another body.
+			var existing string
+			if err := tx.QueryRowContext(ctx, "SELECT id FROM messages WHERE tenant = ? AND key = ?", m.Tenant, m.Key).Scan(&existing); err != nil {
+				return nil, fmt.Errorf("sqlite: challenge enqueue: %w", err)
+			}
+			return nil, &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: existing}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: challenge enqueue: %w", err)
+		}
+		st := c.Steps[i]
+		if _, err := tx.ExecContext(ctx, "INSERT INTO challenge_steps (challenge_id, step, message_id, release_at, released, why, seen_state) "+
+			"VALUES (?, ?, ?, ?, ?, ?, ?)", c.ID, st.Step, m.ID, micros(st.ReleaseAt), st.Released, st.Why, string(m.State)); err != nil {
+			return nil, fmt.Errorf("sqlite: challenge enqueue: %w", err)
+		}
+	}
+	if err := s.insertCreationHistory(ctx, tx, msgs, now); err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO challenges ("+challengeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		c.ID, c.Tenant, c.Key, c.BodyHash, nullTime(c.Deadline), c.AcceptDuplicateRisk, c.FallbackUndelivered, c.Supersedes,
+		c.Outcome, c.By, c.Blocked, c.Why, nullTime(c.NextAt), micros(now), micros(now)); err != nil {
+		return nil, fmt.Errorf("sqlite: challenge enqueue: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("sqlite: challenge enqueue: commit: %w", err)
+	}
+	return res, nil
+}
+
+// ChallengeTick decides due and changed open challenges, each in a write
+// transaction of its own: SQLite's one writer means two ticks never
+// decide one challenge at once.
+func (s *Store) ChallengeTick(ctx context.Context, p *store.TickParams) (int, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	now := p.Now
+	if now.IsZero() {
+		now = s.clock()
+	}
+	rs, err := s.r.QueryContext(ctx, "SELECT id FROM challenges c WHERE outcome = 'open' AND ((next_at IS NOT NULL AND next_at <= ?) "+
+		"OR EXISTS (SELECT 1 FROM challenge_steps cs JOIN messages m ON m.id = cs.message_id WHERE cs.challenge_id = c.id AND m.state <> cs.seen_state)) "+
+		"ORDER BY next_at LIMIT ?", micros(now), limit)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: challenge tick: %w", err)
+	}
+	var ids []string
+	for rs.Next() {
+		var id string
+		if err := rs.Scan(&id); err != nil {
+			rs.Close()
+			return 0, fmt.Errorf("sqlite: challenge tick: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rs.Close(); err != nil {
+		return 0, fmt.Errorf("sqlite: challenge tick: %w", err)
+	}
+	n := 0
+	for _, id := range ids {
+		done, err := s.tickOne(ctx, id, p)
+		if err != nil {
+			return n, err
+		}
+		if done {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (s *Store) tickOne(ctx context.Context, id string, p *store.TickParams) (bool, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: challenge tick: %w", err)
+	}
+	defer tx.Rollback()
+	now := p.Now
+	if now.IsZero() {
+		now = s.clock() // read under the write lock
+	}
+	c, err := loadChallenge(ctx, tx, "id = ? AND outcome = 'open'", id)
+	if err != nil || c == nil {
+		return false, err
+	}
+	plan := rules.ChallengeTick(c, now)
+	for _, x := range plan.Cancels {
+		ok, err := cancelStep(ctx, tx, x, p.Source, now)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			return false, fmt.Errorf("sqlite: challenge tick: step %d moved under the write lock", x.Step)
+		}
+	}
+	if plan.Release > 0 {
+		st := c.Steps[plan.Release-1]
+		r, err := tx.ExecContext(ctx, "UPDATE messages SET next_attempt_at = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
+			micros(now), micros(now), st.Message.ID)
+		if err != nil {
+			return false, fmt.Errorf("sqlite: challenge release: %w", err)
+		}
+		if n, _ := r.RowsAffected(); n != 1 {
+			return false, fmt.Errorf("sqlite: challenge release: step %d moved under the write lock", st.Step)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE challenge_steps SET released = 1 WHERE challenge_id = ? AND step = ?", c.ID, st.Step); err != nil {
+			return false, fmt.Errorf("sqlite: challenge release: %w", err)
+		}
+	}
+	for step, why := range plan.StepWhy {
+		if _, err := tx.ExecContext(ctx, "UPDATE challenge_steps SET why = ? WHERE challenge_id = ? AND step = ?", why, c.ID, step); err != nil {
+			return false, fmt.Errorf("sqlite: challenge tick: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE challenge_steps SET seen_state = (SELECT state FROM messages m WHERE m.id = message_id) "+
+		"WHERE challenge_id = ?", c.ID); err != nil {
+		return false, fmt.Errorf("sqlite: challenge tick: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE challenges SET outcome = ?, by_step = ?, blocked_step = ?, why = ?, next_at = ?, updated_at = ? WHERE id = ?",
+		plan.Outcome, plan.By, plan.Blocked, plan.Why, nullTime(plan.NextAt), micros(now), c.ID); err != nil {
+		return false, fmt.Errorf("sqlite: challenge tick: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("sqlite: challenge tick: commit: %w", err)
+	}
+	return true, nil
+}
+
+// cancelStep cancels a step that has not gone out, through the machine's
+// cancel, with x.Detail in its history; false when the row is no longer
+// queued.
+func cancelStep(ctx context.Context, tx *sql.Tx, x rules.StepCancel, source string, now time.Time) (bool, error) {
+	res := rules.ChallengeCancel()
+	r, err := tx.ExecContext(ctx, "UPDATE messages SET state = ?, reason = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
+		string(res.To), string(res.Reason), micros(now), x.ID)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: challenge cancel: %w", err)
+	}
+	if n, _ := r.RowsAffected(); n != 1 {
+		return false, nil
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO history ("+historyInsertCols+") SELECT ?, ?, ?, ?, ?, 1, ?, ?, ?, "+
+		"coalesce(max(seq), 0) + 1 FROM history WHERE message_id = ?",
+		x.ID, string(state.Queued), string(res.To), string(res.Reason), rules.ChallengeCancelEvent, source, x.Detail, micros(now), x.ID); err != nil {
+		return false, fmt.Errorf("sqlite: challenge cancel history: %w", err)
+	}
+	return true, nil
+}
+
+func nullTime(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return micros(*t)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// challengeVitals reads store.ChallengeVitals in Stats' read transaction
+// (the recent figures from since).
+func challengeVitals(ctx context.Context, tx *sql.Tx, now, since time.Time, v *store.ChallengeVitals) error {
+	v.CompletedByStep = map[string]int{}
+	rs, err := tx.QueryContext(ctx, "SELECT outcome, by_step, blocked_step > 0, count(*) FROM challenges GROUP BY 1, 2, 3")
+	if err != nil {
+		return fmt.Errorf("sqlite: stats: challenges: %w", err)
+	}
+	for rs.Next() {
+		var outcome string
+		var by, n int
+		var blocked bool
+		if err := rs.Scan(&outcome, &by, &blocked, &n); err != nil {
+			rs.Close()
+			return fmt.Errorf("sqlite: stats: challenges: %w", err)
+		}
+		v.Add(outcome, by, blocked, n)
+	}
+	if err := rs.Close(); err != nil {
+		return fmt.Errorf("sqlite: stats: challenges: %w", err)
+	}
+	for _, q := range []struct {
+		sql  string
+		args []any
+		dst  *int
+	}{
+		{"SELECT count(*) FROM challenges WHERE supersedes <> ''", nil, &v.SupersedingSends},
+		{"SELECT count(*) FROM challenge_steps WHERE step > 1 AND released = 1", nil, &v.FallbacksFired},
+		{"SELECT count(*) FROM messages INDEXED BY messages_in_flight WHERE " + inFlight + " AND state = 'unknown' " +
+			"AND expires_at IS NOT NULL AND expires_at <= ? AND EXISTS (SELECT 1 FROM challenge_steps cs WHERE cs.message_id = messages.id)",
+			[]any{micros(now)}, &v.UnknownPastDeadline},
+		{"SELECT count(*) FROM challenges WHERE outcome = 'expired' AND deadline >= ? AND deadline <= ?",
+			[]any{micros(since), micros(now)}, &v.RecentExpired},
+	} {
+		if err := tx.QueryRowContext(ctx, q.sql, q.args...).Scan(q.dst); err != nil {
+			return fmt.Errorf("sqlite: stats: challenges: %w", err)
+		}
+	}
+	// Creation to first delivery: the challenges one of whose steps got
+	// delivered evidence within the window (history_delivered, then the
+	// unique message_id of challenge_steps), each measured to its first
+	// delivered evidence of any step, which must itself be in the window.
+	rs, err = tx.QueryContext(ctx, "SELECT first - created_at FROM (SELECT c.created_at, "+
+		"(SELECT min(h.at) FROM challenge_steps s JOIN history h ON h.message_id = s.message_id "+
+		"WHERE s.challenge_id = c.id AND h.to_state = 'delivered' AND h.applied = 1) AS first FROM challenges c "+
+		"WHERE c.id IN (SELECT cs.challenge_id FROM history h INDEXED BY history_delivered JOIN challenge_steps cs ON cs.message_id = h.message_id "+
+		"WHERE h.to_state = 'delivered' AND h.applied = 1 AND h.at >= ?)) WHERE first >= ? ORDER BY first DESC LIMIT ?",
+		micros(since), micros(since), store.LatencySample)
+	if err != nil {
+		return fmt.Errorf("sqlite: stats: challenges: %w", err)
+	}
+	defer rs.Close()
+	var lat []time.Duration
+	for rs.Next() {
+		var us int64
+		if err := rs.Scan(&us); err != nil {
+			return fmt.Errorf("sqlite: stats: challenges: %w", err)
+		}
+		lat = append(lat, time.Duration(us)*time.Microsecond)
+	}
+	if err := rs.Err(); err != nil {
+		return fmt.Errorf("sqlite: stats: challenges: %w", err)
+	}
+	rules.SetFirstDeliveries(v, lat)
+	return nil
+}
