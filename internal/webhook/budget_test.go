@@ -113,9 +113,26 @@ func postLarge(t *testing.T, c *http.Client, url string, n int, chunked bool) *h
 func TestUnsignedFloodIsRefusedBeforeItsBodyIsRead(t *testing.T) {
 	srv, c := budgetRig(t)
 	for _, declared := range []int64{1 << 20, -1} {
-		answered, _ := holdBody(t, c, srv.URL, declared, nil, 64<<10)
-		if code := <-answered; code != http.StatusUnauthorized {
-			t.Fatalf("declared %d: answered %d, want 401 without the body", declared, code)
+		got := false
+		for attempt := 1; attempt <= 5 && !got; attempt++ {
+			answered, _ := holdBody(t, c, srv.URL, declared, nil, 64<<10)
+			switch code := <-answered; code {
+			case http.StatusUnauthorized:
+				got = true
+			case 0:
+				// No answer reached the client: the server closed the
+				// connection it never read, and on a loaded host the
+				// reset can overtake the 401 (net/http waits only 500 ms
+				// after its half-close). That is the transport losing
+				// the answer, not the receiver reading the body, which
+				// is still unfinished: ask again, as postLarge does.
+				t.Logf("declared %d, attempt %d: no answer read; again", declared, attempt)
+			default:
+				t.Fatalf("declared %d: answered %d, want 401 without the body", declared, code)
+			}
+		}
+		if !got {
+			t.Fatalf("declared %d: no 401 read in 5 attempts", declared)
 		}
 	}
 }
