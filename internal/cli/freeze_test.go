@@ -318,8 +318,22 @@ identities:
 			t.Errorf("the canceled row %s reached the phone at %s", held[canceled].Key, dl.At)
 		}
 	}
-	if len(perTo) != n-1 {
-		t.Errorf("%d recipients reached, want %d (all but the canceled one)", len(perTo), n-1)
+	// A held wa row that had no call before the resume is unknown after
+	// reconcile and stays so (the frozen drain's give-back finds the row
+	// moved on): it reaches nobody until an operator decides, and it
+	// stays listed for them. Only one of them (resolved) is resent.
+	stayUnknown := 0
+	for id, h := range held {
+		if h.Identity != "wa" || calledBefore[id] != 0 || id == resolved {
+			continue
+		}
+		stayUnknown++
+		if m := e.get(id); m.State != state.Unknown {
+			t.Errorf("held wa row %s, uncalled and not resolved: %s at the end, want unknown", h.Key, m.State)
+		}
+	}
+	if want := n - 1 - stayUnknown; len(perTo) != want {
+		t.Errorf("%d recipients reached, want %d (all but the canceled one and the %d left unknown)", len(perTo), want, stayUnknown)
 	}
 	if m := e.get(rs.ID); m.State != state.Sent {
 		t.Errorf("the resend is %s, want sent", m.State)
