@@ -24,8 +24,8 @@ function init(args)
   local f = assert(io.open(args[2], "r"))
   local key = f:read("*l")
   f:close()
-  wrk.headers["Authorization"] = "Bearer " .. key
-  wrk.headers["Content-Type"] = "application/json"
+  -- wrk.format takes the headers given in place of wrk.headers.
+  auth = "Bearer " .. key
   seq = 0
   statuses = {}
 end
@@ -35,7 +35,11 @@ function request()
   -- +1555 and seven digits: the thread, then six of the sequence.
   local to = string.format("+1555%d%06d", tid % 10, seq % 1000000)
   local body = '{"to":"' .. to .. '","identity":"sim","template":{"name":"order_update","language":"en","parameters":["Ada","' .. seq .. '"]}}'
-  return wrk.format("POST", "/v1/messages", { ["Idempotency-Key"] = prefix .. "-" .. seq }, body)
+  return wrk.format("POST", "/v1/messages", {
+    ["Authorization"] = auth,
+    ["Content-Type"] = "application/json",
+    ["Idempotency-Key"] = prefix .. "-" .. seq,
+  }, body)
 end
 
 function response(status, headers, body)
