@@ -186,7 +186,7 @@ type Webhook struct {
 	// (and a replay) re-parses it exactly as the receiver did.
 	KeepsCall bool
 	// Body says what a delivery's body is, for msgq webhook replay's help
-	// ("a form: status callback or inbound SMS"); "" says nothing more.
+	// ("form-encoded, a status callback or an inbound SMS"); "" says nothing more.
 	Body string
 	// NamesSender says items name the identity they came through
 	// (Settings.Sender): an item naming a sender no configured identity
