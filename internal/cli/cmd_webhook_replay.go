@@ -3,15 +3,15 @@ package cli
 import (
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/msgq/msgq/internal/provider"
-	"github.com/msgq/msgq/internal/provider/twilio"
+	"github.com/msgq/msgq/internal/provider/kinds"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/webhook"
-	"github.com/msgq/msgq/internal/webhook/payload"
 )
 
 type webhookReplayOptions struct {
@@ -38,22 +38,23 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
   msgq webhook replay --provider twilio --url 'https://hooks.example.com/webhooks/twilio/sms-us?msgq_id=01J...' form.txt`,
 		Args: exactArgs(1, "one FILE (or - for stdin)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.provider != store.WebhookWhatsApp && o.provider != store.WebhookHTTP && o.provider != twilio.ProviderName {
-				return usagef("--provider must be whatsapp, http or twilio (got %q)", o.provider)
+			k := kinds.ByFormat(o.provider)
+			if k == nil {
+				return usagef("--provider must be %s (got %q)", kinds.OrList(kinds.Formats()), o.provider)
 			}
-			if o.url != "" && o.provider != twilio.ProviderName {
-				return usagef("--url is for --provider twilio (its webhooks name their row in the URL)")
+			w := k.Webhook
+			if o.url != "" && !w.KeepsCall {
+				return usagef("--url is for --provider %s (its webhooks name their row in the URL)", kinds.OrList(replayURLFormats()))
 			}
 			if o.identity != "" {
 				if _, ok := a.cfg.Identities[o.identity]; !ok {
 					return usagef("--identity %s is not configured (see msgq identities)", o.identity)
 				}
 			}
-			if o.identity == "" && o.provider != store.WebhookWhatsApp {
-				// serve files an http or twilio delivery under the identity
-				// whose secret verified it; with one such identity there is
-				// no doubt which that was.
-				secret := map[string]string{store.WebhookHTTP: "webhook_secret_env", twilio.ProviderName: "auth_token_env"}[o.provider]
+			if o.identity == "" && !w.NamesSender {
+				// serve files a delivery whose items name no sender under
+				// the identity whose secret verified it; with one such
+				// identity there is no doubt which that was.
 				var names []string
 				for n, id := range a.cfg.Identities {
 					if id.receivesWebhooks() && id.Kind.Webhook.Name == o.provider {
@@ -62,10 +63,10 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 				}
 				switch len(names) {
 				case 0:
-					return usagef("--provider %s needs --identity: no identity has %s", o.provider, secret)
+					return usagef("--provider %s needs --identity: no identity has %s", o.provider, w.SecretKey)
 				case 1:
 				default:
-					return usagef("--provider %s needs --identity: %d identities have %s", o.provider, len(names), secret)
+					return usagef("--provider %s needs --identity: %d identities have %s", o.provider, len(names), w.SecretKey)
 				}
 				o.identity = names[0]
 			}
@@ -78,23 +79,16 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 				hdr["webhook-id"] = o.webhookID
 			}
 			var received time.Time
-			if o.provider == twilio.ProviderName {
+			if w.KeepsCall {
 				// As serve keeps them (provider.Webhook.KeepsCall): the URL
-				// Twilio called, and now as the time received.
+				// the provider called, and now as the time received.
 				received = time.Now().UTC().Truncate(store.Resolution)
 				hdr[provider.HeaderURL] = o.url
 				hdr[provider.HeaderReceivedAt] = received.Format(time.RFC3339Nano)
 			}
 			// The same check the endpoint makes: what it would refuse with
 			// 400 is refused here, before anything is written.
-			switch o.provider {
-			case store.WebhookWhatsApp:
-				_, err = payload.WhatsApp(body)
-			case twilio.ProviderName:
-				_, err = twilio.Kind.Webhook.Parse(body, hdr)
-			default:
-				_, err = payload.HTTP(body, o.webhookID)
-			}
+			_, err = w.Parse(body, hdr)
 			if err != nil {
 				return usagef("%s: %v", args[0], err)
 			}
@@ -111,9 +105,9 @@ body twice is safe: its statuses and inbound messages are counted as duplicates.
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.provider, "provider", store.WebhookWhatsApp, "whose format the body is in: whatsapp, http or twilio (a form: status callback or inbound SMS)")
-	f.StringVar(&o.identity, "identity", "", "the identity the delivery came for (default: whatsapp: the one with the body's phone_number_id; http: the only identity with webhook_secret_env; twilio: the only one with auth_token_env)")
-	f.StringVar(&o.url, "url", "", "twilio: the URL Twilio called, as it signed it (its msgq_id names the row; without it statuses are matched by their SID alone)")
+	f.StringVar(&o.provider, "provider", store.WebhookWhatsApp, "whose format the body is in: "+replayFormatsHelp())
+	f.StringVar(&o.identity, "identity", "", "the identity the delivery came for (default: "+replayIdentityHelp()+")")
+	f.StringVar(&o.url, "url", "", kinds.OrList(replayURLFormats())+": the URL the provider called, as it signed it (it names the row; without it statuses are matched by the provider's id alone)")
 	f.StringVar(&o.webhookID, "webhook-id", "", "the delivery's webhook-id header (http): serve knows duplicates by it, so give it to replay a delivery serve may have had")
 	return cmd
 }
@@ -135,4 +129,48 @@ func readReplay(a *app, name string) ([]byte, error) {
 		return nil, usagef("%s: body over %d bytes", name, webhook.DefaultMaxBody)
 	}
 	return body, nil
+}
+
+// replayFormatsHelp lists the webhook formats (kinds.Formats) with what a
+// body in each is, where its kind says (provider.Webhook.Body).
+func replayFormatsHelp() string {
+	formats := kinds.Formats()
+	var notes []string
+	for _, f := range formats {
+		if b := kinds.ByFormat(f).Webhook.Body; b != "" {
+			notes = append(notes, f+": "+b)
+		}
+	}
+	help := kinds.OrList(formats)
+	if len(notes) > 0 {
+		help += " (" + strings.Join(notes, "; ") + ")"
+	}
+	return help
+}
+
+// replayIdentityHelp says, per format, which identity a replay without
+// --identity is filed under.
+func replayIdentityHelp() string {
+	var parts []string
+	for _, f := range kinds.Formats() {
+		w := kinds.ByFormat(f).Webhook
+		if w.NamesSender {
+			parts = append(parts, f+": the one the body's items name")
+		} else {
+			parts = append(parts, f+": the only identity with "+w.SecretKey)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// replayURLFormats are the formats whose kinds keep the URL the provider
+// called (provider.Webhook.KeepsCall): the ones --url is for.
+func replayURLFormats() []string {
+	var out []string
+	for _, f := range kinds.Formats() {
+		if kinds.ByFormat(f).Webhook.KeepsCall {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/provider/kinds"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 )
@@ -34,7 +35,7 @@ func completeFlagValues(root *cobra.Command) {
 	byCommand := map[string]map[string]cobra.CompletionFunc{
 		"msgq stuck":          {"state": fixed(string(state.Sending), string(state.Unknown))},
 		"msgq resolve":        {"as": fixed("sent", "failed")},
-		"msgq webhook replay": {"provider": fixed(store.WebhookWhatsApp, store.WebhookHTTP)},
+		"msgq webhook replay": {"provider": fixed(kinds.Formats()...)},
 	}
 	_ = root.RegisterFlagCompletionFunc("output", completeOutputs)
 	_ = root.RegisterFlagCompletionFunc("log-level", fixed("debug", "info", "warn", "error"))

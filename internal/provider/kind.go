@@ -185,6 +185,9 @@ type Webhook struct {
 	// pseudo-headers HeaderURL and HeaderReceivedAt, so that the processor
 	// (and a replay) re-parses it exactly as the receiver did.
 	KeepsCall bool
+	// Body says what a delivery's body is, for msgq webhook replay's help
+	// ("form-encoded, a status callback or an inbound SMS"); "" says nothing more.
+	Body string
 	// NamesSender says items name the identity they came through
 	// (Settings.Sender): an item naming a sender no configured identity
 	// has is set aside rather than filed under the identity whose secret

@@ -380,16 +380,8 @@ func (p *Processor) unknownNumber(ev *store.WebhookEvent, phoneNumberID string) 
 }
 
 // formatKind is the first kind that speaks the stored delivery's format
-// (the simulator speaks the http API's: its Parse is the same), nil for
-// none.
-func formatKind(format string) *provider.Kind {
-	for _, k := range kinds.All {
-		if k.Webhook != nil && k.Webhook.Name == format {
-			return k
-		}
-	}
-	return nil
-}
+// (kinds.ByFormat), nil for none.
+func formatKind(format string) *provider.Kind { return kinds.ByFormat(format) }
 
 // Run processes until ctx ends: at once when woken (a delivery was
 // stored), and every poll otherwise, which also retries parked statuses

@@ -44,6 +44,30 @@ func Names() string {
 	return orList(names)
 }
 
+// Formats are the webhook formats the kinds speak, in the order of All
+// and each once (the simulator speaks the http API's): the names stored
+// deliveries carry as their provider, and msgq webhook replay's --provider.
+func Formats() []string {
+	var out []string
+	for _, k := range All {
+		if k.Webhook != nil && !slices.Contains(out, k.Webhook.Name) {
+			out = append(out, k.Webhook.Name)
+		}
+	}
+	return out
+}
+
+// ByFormat returns the first kind that speaks the webhook format (the
+// simulator speaks the http API's: its Parse is the same), nil for none.
+func ByFormat(format string) *provider.Kind {
+	for _, k := range All {
+		if k.Webhook != nil && k.Webhook.Name == format {
+			return k
+		}
+	}
+	return nil
+}
+
 // Channels lists every channel some kind sends on, as a message does:
 // "whatsapp or sms".
 func Channels() []string {

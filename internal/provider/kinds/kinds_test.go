@@ -74,3 +74,25 @@ func TestNamesAndChannelsReadAsMessagesSayThem(t *testing.T) {
 		t.Error("ByName found a kind that is not registered")
 	}
 }
+
+// TestFormatsAreTheWebhookNamesOnce: replay's --provider values and the
+// processor's dispatch come from here.
+func TestFormatsAreTheWebhookNamesOnce(t *testing.T) {
+	if got := kinds.OrList(kinds.Formats()); got != "whatsapp, http or twilio" {
+		t.Errorf("Formats() = %q (the simulator speaks http's; smtp sends none)", got)
+	}
+	for _, f := range kinds.Formats() {
+		k := kinds.ByFormat(f)
+		if k == nil || k.Webhook == nil || k.Webhook.Name != f {
+			t.Fatalf("ByFormat(%q) = %v", f, k)
+		}
+	}
+	if k := kinds.ByFormat("http"); k.Name != "http" {
+		t.Errorf("ByFormat(http) = kind %s, want the http API's own (the first that speaks it)", k.Name)
+	}
+	for _, f := range []string{"smtp", "sim", ""} {
+		if k := kinds.ByFormat(f); k != nil {
+			t.Errorf("ByFormat(%q) = kind %s, want none", f, k.Name)
+		}
+	}
+}

@@ -31,6 +31,7 @@ var Kind = provider.Kind{
 		Verifier:  verifier,
 		Parse:     parseStored,
 		KeepsCall: true,
+		Body:      "form-encoded, a status callback or an inbound SMS",
 	},
 	Codes: []provider.Code{
 		{Code: "20003, 20005, 20404, 30002", Class: retry.Identity, Meaning: "credentials refused, account inactive or suspended"},

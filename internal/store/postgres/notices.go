@@ -36,83 +36,83 @@ const (
 )
 
 // ingestNotices writes an event's notices (deduplicated) and what the new
-// ones say (rules.Notice): pauses, template holds and releases.
+// ones say (rules.WriteNotice): pauses, template holds and releases.
 func (s *Store) ingestNotices(ctx context.Context, tx pgx.Tx, p *store.IngestParams, ev *store.IngestedEvent, received time.Time,
 	res *store.IngestResult) error {
 	now, err := s.clock(ctx, tx)
 	if err != nil {
 		return err
 	}
+	w := &noticeWriter{ctx: ctx, tx: tx, now: now, received: received}
 	for j := range p.Notices {
 		n := p.Notices[j]
 		store.PrepareNotice(&n, p.EventID, j, ev)
-		id := s.ids.New(now)
-		step := rules.Notice(&n, p, now)
-		var at *time.Time
-		if !step.At.IsZero() {
-			at = &step.At
-		}
-		tag, err := tx.Exec(ctx, insertNoticeSQL, id, n.EventID, n.Provider, n.Identity, n.Kind, n.Field, n.Code, n.Subject, n.Lang,
-			n.Value, n.Detail, n.DedupeKey, at, received)
-		if err != nil {
-			return fmt.Errorf("postgres: ingest notice: %w", err)
-		}
-		if tag.RowsAffected() != 1 {
-			// A redelivery, or this event read again (WebhookRetry).
-			var evID string
-			if err := tx.QueryRow(ctx, "SELECT event_id FROM notices WHERE provider = $1 AND identity = $2 AND dedupe_key = $3",
-				n.Provider, n.Identity, n.DedupeKey).Scan(&evID); err != nil {
-				return fmt.Errorf("postgres: ingest notice: %w", err)
-			}
-			if evID == p.EventID {
-				res.Reread++
-			} else {
-				res.Duplicates++
-			}
-			continue
-		}
-		res.Notices++
-		if step.Pause {
-			if _, err := tx.Exec(ctx, pauseSQL, n.Identity, n.PauseReason, now); err != nil {
-				return fmt.Errorf("postgres: ingest notice: pause %s: %w", n.Identity, err)
-			}
-			res.Paused++
-		}
-		if t := step.Template; t != nil {
-			if err := applyTemplate(ctx, tx, t, id, now, res); err != nil {
-				return err
-			}
+		if err := rules.WriteNotice(w, s.ids.New(now), &n, p, now, res); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// applyTemplate records a template status for each identity it applies
-// to and holds or releases the rows of those it changed.
-func applyTemplate(ctx context.Context, tx pgx.Tx, t *rules.TemplateStep, noticeID string, now time.Time, res *store.IngestResult) error {
-	for _, idn := range t.Identities {
-		tag, err := tx.Exec(ctx, templateStatusSQL, idn, t.Template, t.Lang, t.Status, t.Since, noticeID)
-		if err != nil {
-			return fmt.Errorf("postgres: ingest notice: template status: %w", err)
-		}
-		if tag.RowsAffected() != 1 {
-			continue // a later status is recorded: this one is stale
-		}
-		if t.Hold {
-			tag, err := tx.Exec(ctx, holdRowsSQL, t.Marker, t.HoldUntil, idn, t.Template, t.Lang)
-			if err != nil {
-				return fmt.Errorf("postgres: ingest notice: hold rows: %w", err)
-			}
-			res.TemplateHeld += int(tag.RowsAffected())
-			continue
-		}
-		tag, err = tx.Exec(ctx, releaseRowsSQL, now, t.Note, idn, t.Marker)
-		if err != nil {
-			return fmt.Errorf("postgres: ingest notice: release rows: %w", err)
-		}
-		res.TemplateReleased += int(tag.RowsAffected())
+// noticeWriter is rules.NoticeWriter in PostgreSQL, in the ingest's
+// transaction.
+type noticeWriter struct {
+	ctx           context.Context
+	tx            pgx.Tx
+	now, received time.Time
+}
+
+func (w *noticeWriter) InsertNotice(id string, n *store.Notice, at time.Time) (bool, error) {
+	var atp *time.Time
+	if !at.IsZero() {
+		atp = &at
+	}
+	tag, err := w.tx.Exec(w.ctx, insertNoticeSQL, id, n.EventID, n.Provider, n.Identity, n.Kind, n.Field, n.Code, n.Subject, n.Lang,
+		n.Value, n.Detail, n.DedupeKey, atp, w.received)
+	if err != nil {
+		return false, fmt.Errorf("postgres: ingest notice: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (w *noticeWriter) NoticeHeldBy(n *store.Notice) (string, error) {
+	var evID string
+	if err := w.tx.QueryRow(w.ctx, "SELECT event_id FROM notices WHERE provider = $1 AND identity = $2 AND dedupe_key = $3",
+		n.Provider, n.Identity, n.DedupeKey).Scan(&evID); err != nil {
+		return "", fmt.Errorf("postgres: ingest notice: %w", err)
+	}
+	return evID, nil
+}
+
+func (w *noticeWriter) Pause(identity, reason string) error {
+	if _, err := w.tx.Exec(w.ctx, pauseSQL, identity, reason, w.now); err != nil {
+		return fmt.Errorf("postgres: ingest notice: pause %s: %w", identity, err)
 	}
 	return nil
+}
+
+func (w *noticeWriter) TemplateStatus(identity string, t *rules.TemplateStep, noticeID string) (bool, error) {
+	tag, err := w.tx.Exec(w.ctx, templateStatusSQL, identity, t.Template, t.Lang, t.Status, t.Since, noticeID)
+	if err != nil {
+		return false, fmt.Errorf("postgres: ingest notice: template status: %w", err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+func (w *noticeWriter) HoldRows(identity string, t *rules.TemplateStep) (int, error) {
+	tag, err := w.tx.Exec(w.ctx, holdRowsSQL, t.Marker, t.HoldUntil, identity, t.Template, t.Lang)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: ingest notice: hold rows: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+func (w *noticeWriter) ReleaseRows(identity string, t *rules.TemplateStep) (int, error) {
+	tag, err := w.tx.Exec(w.ctx, releaseRowsSQL, w.now, t.Note, identity, t.Marker)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: ingest notice: release rows: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }
 
 const noticeCols = `id, event_id, provider, identity, kind, field, code, subject, lang, value, detail, dedupe_key, at, received_at`

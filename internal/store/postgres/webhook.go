@@ -374,8 +374,7 @@ func (s *Store) insertStatuses(ctx context.Context, tx pgx.Tx, sts []*store.Stat
 	if err != nil {
 		return fmt.Errorf("postgres: ingest status: %w", err)
 	}
-	res.Reread += reread
-	res.Duplicates += len(keys) - reread
+	rules.CountRefused(res, len(keys), reread)
 	return nil
 }
 
@@ -412,7 +411,7 @@ func rereads(ctx context.Context, tx pgx.Tx, q string, providers, identities, ke
 		if err := rs.Scan(&ord, &id, &event); err != nil {
 			return 0, err
 		}
-		if event == events[ord-1] && !fresh[id] {
+		if rules.Reread(event, events[ord-1], fresh[id]) {
 			n++
 		}
 	}
@@ -493,8 +492,7 @@ func (s *Store) insertInbound(ctx context.Context, tx pgx.Tx, ins []*store.Inbou
 		if err != nil {
 			return fmt.Errorf("postgres: ingest inbound: %w", err)
 		}
-		res.Reread += reread
-		res.Duplicates += len(keys) - reread
+		rules.CountRefused(res, len(keys), reread)
 	}
 	stored := make([]*store.Inbound, len(news))
 	for i, r := range news {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/store/rules"
@@ -35,81 +36,83 @@ const (
 )
 
 // ingestNotices writes an event's notices (deduplicated) and what the new
-// ones say (rules.Notice): pauses, template holds and releases.
+// ones say (rules.WriteNotice): pauses, template holds and releases.
 func (s *Store) ingestNotices(ctx context.Context, ts *txStmts, p *store.IngestParams, ev *store.IngestedEvent, now, received int64,
 	res *store.IngestResult) error {
+	w := &noticeWriter{ctx: ctx, ts: ts, now: now, received: received}
 	for j := range p.Notices {
 		n := p.Notices[j]
 		store.PrepareNotice(&n, p.EventID, j, ev)
-		id := s.ids.New(fromMicros(now))
-		step := rules.Notice(&n, p, fromMicros(now))
-		r, err := ts.exec(ctx, insertNoticeSQL, id, n.EventID, n.Provider, n.Identity, n.Kind, n.Field, n.Code, n.Subject, n.Lang,
-			n.Value, n.Detail, n.DedupeKey, nullMicros(step.At), received)
-		if err != nil {
-			return fmt.Errorf("sqlite: ingest notice: %w", err)
-		}
-		if k, _ := r.RowsAffected(); k != 1 {
-			// A redelivery, or this event read again (WebhookRetry).
-			var evID string
-			row, err := ts.queryRow(ctx, "SELECT event_id FROM notices WHERE provider = ? AND identity = ? AND dedupe_key = ?",
-				n.Provider, n.Identity, n.DedupeKey)
-			if err == nil {
-				err = row.Scan(&evID)
-			}
-			if err != nil {
-				return fmt.Errorf("sqlite: ingest notice: %w", err)
-			}
-			if evID == p.EventID {
-				res.Reread++
-			} else {
-				res.Duplicates++
-			}
-			continue
-		}
-		res.Notices++
-		if step.Pause {
-			if _, err := ts.exec(ctx, pauseSQL, n.Identity, n.PauseReason, now, now); err != nil {
-				return fmt.Errorf("sqlite: ingest notice: pause %s: %w", n.Identity, err)
-			}
-			res.Paused++
-		}
-		if t := step.Template; t != nil {
-			if err := applyTemplate(ctx, ts, t, id, now, res); err != nil {
-				return err
-			}
+		if err := rules.WriteNotice(w, s.ids.New(fromMicros(now)), &n, p, fromMicros(now), res); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// applyTemplate records a template status for each identity it applies
-// to and holds or releases the rows of those it changed.
-func applyTemplate(ctx context.Context, ts *txStmts, t *rules.TemplateStep, noticeID string, now int64, res *store.IngestResult) error {
-	for _, idn := range t.Identities {
-		r, err := ts.exec(ctx, templateStatusSQL, idn, t.Template, t.Lang, t.Status, micros(t.Since), noticeID)
-		if err != nil {
-			return fmt.Errorf("sqlite: ingest notice: template status: %w", err)
-		}
-		if k, _ := r.RowsAffected(); k != 1 {
-			continue // a later status is recorded: this one is stale
-		}
-		if t.Hold {
-			r, err := ts.exec(ctx, holdRowsSQL, t.Marker, micros(t.HoldUntil), idn, t.Template, t.Lang, t.Lang)
-			if err != nil {
-				return fmt.Errorf("sqlite: ingest notice: hold rows: %w", err)
-			}
-			k, _ := r.RowsAffected()
-			res.TemplateHeld += int(k)
-			continue
-		}
-		r, err = ts.exec(ctx, releaseRowsSQL, now, t.Note, idn, t.Marker)
-		if err != nil {
-			return fmt.Errorf("sqlite: ingest notice: release rows: %w", err)
-		}
-		k, _ := r.RowsAffected()
-		res.TemplateReleased += int(k)
+// noticeWriter is rules.NoticeWriter in SQLite, in the ingest's
+// transaction; times are Unix microseconds.
+type noticeWriter struct {
+	ctx           context.Context
+	ts            *txStmts
+	now, received int64
+}
+
+func (w *noticeWriter) InsertNotice(id string, n *store.Notice, at time.Time) (bool, error) {
+	r, err := w.ts.exec(w.ctx, insertNoticeSQL, id, n.EventID, n.Provider, n.Identity, n.Kind, n.Field, n.Code, n.Subject, n.Lang,
+		n.Value, n.Detail, n.DedupeKey, nullMicros(at), w.received)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: ingest notice: %w", err)
+	}
+	k, _ := r.RowsAffected()
+	return k == 1, nil
+}
+
+func (w *noticeWriter) NoticeHeldBy(n *store.Notice) (string, error) {
+	var evID string
+	row, err := w.ts.queryRow(w.ctx, "SELECT event_id FROM notices WHERE provider = ? AND identity = ? AND dedupe_key = ?",
+		n.Provider, n.Identity, n.DedupeKey)
+	if err == nil {
+		err = row.Scan(&evID)
+	}
+	if err != nil {
+		return "", fmt.Errorf("sqlite: ingest notice: %w", err)
+	}
+	return evID, nil
+}
+
+func (w *noticeWriter) Pause(identity, reason string) error {
+	if _, err := w.ts.exec(w.ctx, pauseSQL, identity, reason, w.now, w.now); err != nil {
+		return fmt.Errorf("sqlite: ingest notice: pause %s: %w", identity, err)
 	}
 	return nil
+}
+
+func (w *noticeWriter) TemplateStatus(identity string, t *rules.TemplateStep, noticeID string) (bool, error) {
+	r, err := w.ts.exec(w.ctx, templateStatusSQL, identity, t.Template, t.Lang, t.Status, micros(t.Since), noticeID)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: ingest notice: template status: %w", err)
+	}
+	k, _ := r.RowsAffected()
+	return k == 1, nil
+}
+
+func (w *noticeWriter) HoldRows(identity string, t *rules.TemplateStep) (int, error) {
+	r, err := w.ts.exec(w.ctx, holdRowsSQL, t.Marker, micros(t.HoldUntil), identity, t.Template, t.Lang, t.Lang)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: ingest notice: hold rows: %w", err)
+	}
+	k, _ := r.RowsAffected()
+	return int(k), nil
+}
+
+func (w *noticeWriter) ReleaseRows(identity string, t *rules.TemplateStep) (int, error) {
+	r, err := w.ts.exec(w.ctx, releaseRowsSQL, w.now, t.Note, identity, t.Marker)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: ingest notice: release rows: %w", err)
+	}
+	k, _ := r.RowsAffected()
+	return int(k), nil
 }
 
 const noticeCols = `id, event_id, provider, identity, kind, field, code, subject, lang, value, detail, dedupe_key, at, received_at`

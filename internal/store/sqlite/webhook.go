@@ -351,11 +351,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, e *rules.IngestEvent
 		if err != nil {
 			return fmt.Errorf("sqlite: ingest status: %w", err)
 		}
-		if reread {
-			res.Reread++
-		} else {
-			res.Duplicates++
-		}
+		rules.CountRefusedOne(res, reread)
 	}
 	if err := s.ingestNotices(ctx, ts, p, e.Ev, micros(now), micros(e.Received), res); err != nil {
 		return err
@@ -384,11 +380,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, e *rules.IngestEvent
 			if err != nil {
 				return fmt.Errorf("sqlite: ingest inbound: %w", err)
 			}
-			if reread {
-				res.Reread++
-			} else {
-				res.Duplicates++
-			}
+			rules.CountRefusedOne(res, reread)
 			continue
 		}
 		fresh[id] = true
@@ -419,7 +411,7 @@ func (s *Store) ingestOne(ctx context.Context, ts *txStmts, e *rules.IngestEvent
 // rereadOf says whether the row holding an item's key (q looks it up by
 // provider, identity and key) is one an earlier processing of eventID wrote: then
 // the item is a reread, not a duplicate. A row this call wrote (fresh) is
-// a duplicate within the call.
+// a duplicate within the call (rules.Reread).
 func rereadOf(ctx context.Context, ts *txStmts, q, provider, identity, key, eventID string, fresh map[string]bool) (bool, error) {
 	row, err := ts.queryRow(ctx, q, provider, identity, key)
 	if err != nil {
@@ -432,7 +424,7 @@ func rereadOf(ctx context.Context, ts *txStmts, q, provider, identity, key, even
 		}
 		return false, err
 	}
-	return evID == eventID && !fresh[id], nil
+	return rules.Reread(evID, eventID, fresh[id]), nil
 }
 
 const evidenceCols = `id, event_id, provider, identity, dedupe_key, provider_id, status, at, callback_ref,
