@@ -26,7 +26,7 @@ func (o *inboxOptions) params(now time.Time, cfg *config) (*store.InboxParams, e
 		}
 	}
 	if o.from != "" {
-		from, err := numberFlag("--from", o.from, o.region, cfg)
+		from, err := addressFlag("--from", o.from, o.region, cfg)
 		if err != nil {
 			return nil, err
 		}

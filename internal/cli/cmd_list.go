@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/msgq/msgq/internal/phone"
+	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 )
@@ -32,7 +33,7 @@ func (o *listOptions) params(now time.Time, cfg *config) (*store.ListParams, err
 		p.State = s
 	}
 	if o.to != "" {
-		to, err := numberFlag("--to", o.to, o.region, cfg)
+		to, err := addressFlag("--to", o.to, o.region, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -51,13 +52,19 @@ func (o *listOptions) params(now time.Time, cfg *config) (*store.ListParams, err
 	return p, nil
 }
 
-// numberFlag normalises a phone number given to flag name, reading a local
-// number as one of region (the flag, else the configured region).
-func numberFlag(name, v, region string, cfg *config) (string, error) {
+// addressFlag normalises a recipient given to flag name the way the store
+// keeps it: an email address (it has an @) as internal/recipient writes
+// one, else a phone number, a local one read as one of region (the flag,
+// else the configured region).
+func addressFlag(name, v, region string, cfg *config) (string, error) {
 	if region == "" {
 		region = cfg.Region
 	}
-	n, err := phone.Normalize(v, region)
+	channel := recipient.SMS
+	if strings.Contains(v, "@") {
+		channel = recipient.Email
+	}
+	n, err := recipient.Normalize(channel, v, region)
 	if err != nil {
 		return "", usagef("%s: %v", name, err)
 	}

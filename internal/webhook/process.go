@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/provider/kinds"
+	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/retry"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -324,7 +324,7 @@ func (p *Processor) read(ev *store.WebhookEvent) (store.IngestParams, []store.Op
 			// secret verified the delivery, nor opening its window.
 			in.Identity = ev.Provider + ":" + m.PhoneNumberID
 		}
-		p.log().Debug("webhook: inbound", "event", ev.ID, "from", phone.Mask(in.From), "type", in.Type)
+		p.log().Debug("webhook: inbound", "event", ev.ID, "from", recipient.Mask(recipient.SMS, in.From), "type", in.Type)
 		out.Inbound = append(out.Inbound, in)
 		if (m.OptOut || m.OptIn) && !p.unknownNumber(ev, m.PhoneNumberID) {
 			outs = append(outs, store.OptOutParams{Identity: in.Identity, Recipient: in.From, OptedOut: m.OptOut,
@@ -342,7 +342,7 @@ func (p *Processor) optOuts(ctx context.Context, outs []store.OptOutParams) (int
 	for _, o := range outs {
 		if o.Identity == "" || o.Recipient == "" {
 			p.log().Warn("webhook: opt-out not recorded: no identity or no recipient", "identity", o.Identity,
-				"recipient", phone.Mask(o.Recipient), "source", o.Source)
+				"recipient", recipient.Mask(recipient.SMS, o.Recipient), "source", o.Source)
 			continue
 		}
 		changed, err := p.Store.SetOptOut(ctx, o)
@@ -351,7 +351,7 @@ func (p *Processor) optOuts(ctx context.Context, outs []store.OptOutParams) (int
 		}
 		if changed {
 			n++
-			p.log().Info("webhook: opt-out recorded", "identity", o.Identity, "recipient", phone.Mask(o.Recipient),
+			p.log().Info("webhook: opt-out recorded", "identity", o.Identity, "recipient", recipient.Mask(recipient.SMS, o.Recipient),
 				"opted_out", o.OptedOut, "source", o.Source)
 		}
 	}
