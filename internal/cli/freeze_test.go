@@ -104,7 +104,7 @@ func TestAFrozenDrainWakesUpToGiveRowsBackNeverToCall(t *testing.T) {
 }
 
 func frozenDrain(t *testing.T, kind string) {
-	const n = 80 // 20 per identity: at 3/s, a runway for ten freezes
+	const n = 120 // 30 per identity, as before: at 3/s, ten seconds of calls to freeze in
 	ctx := context.Background()
 	// Latency longer than the pacing interval (3/s and 10% headroom:
 	// 367 ms): at any moment a call of each identity is in flight, so the
@@ -138,7 +138,8 @@ identities:
 	writeFile(t, in, lines.String())
 	e.run("send", "--file", in)
 
-	d := startDrain(t, e.msgqEnv, "--follow", "--concurrency", "8", "--lease", "12s", "--call-timeout", "2s")
+	// Four rows of each identity at a time, as two identities had with 8.
+	d := startDrain(t, e.msgqEnv, "--follow", "--concurrency", "16", "--lease", "12s", "--call-timeout", "2s")
 	pid := d.cmd.Process.Pid
 	// The 2 s, but counted from the drain's first calls: on a
 	// loaded machine the process may take a while to start.
