@@ -55,12 +55,13 @@ func (e *msgqEnv) try(args ...string) (stdout, stderr string, code int) {
 	return out.String(), errb.String(), code
 }
 
-// clockEnv is a PostgreSQL store, a sim serve process (with extra flags)
-// and a config with one WhatsApp identity through it (extra YAML lines
-// appended to the identity).
+// clockEnv is a PostgreSQL store, a sim serve process (with extra flags,
+// and an SMTP server) and a config with one WhatsApp identity through it,
+// the default (extra YAML lines appended to the identity), and a Twilio
+// SMS one (tw) and an SMTP email one (mail) as mixedIdentities has them.
 func clockEnv(t *testing.T, simArgs []string, identity string) (e *msgqEnv, base string, db *pgx.Conn) {
 	t.Helper()
-	base = serveSim(t, simArgs...)
+	base, smtpPort := serveSimSMTP(t, simArgs...)
 	storeURL, _ := pgStore(t, "msgq_clock")
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "msgq.yaml")
@@ -71,8 +72,8 @@ identities:
     base_url: %s
     phone_number_id: "1000001"
     token_env: MSGQ_TEST_TOKEN
-%s`, base, identity))
-	e = &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + storeURL, "MSGQ_TEST_TOKEN=test-token"}}
+%s%s`, base, identity, mixedIdentities(base, smtpPort, "", "tw", "mail")))
+	e = &msgqEnv{t: t, env: append([]string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + storeURL}, mixedEnvVars...)}
 	ctx := context.Background()
 	db, err := pgx.Connect(ctx, storeURL)
 	if err != nil {
@@ -122,8 +123,8 @@ func stuckRows(t *testing.T, e *msgqEnv, args ...string) []stuckJSONRow {
 }
 
 // TestASkewedHostTakesNoLiveLeaseAndHidesNoExpiredOne: a correct drain
-// holds eight rows (frozen with SIGSTOP mid-call, its lease live on the
-// server's clock) while a host ten minutes off runs reconcile, resolve and
+// holds eight rows of three kinds (WhatsApp, Twilio SMS, SMTP email; frozen
+// with SIGSTOP mid-call, its lease live on the server's clock) while a host ten minutes off runs reconcile, resolve and
 // stuck: nothing is taken over, refused verdicts write nothing, no lease
 // shows as expired, and once the drain resumes its answers land (all
 // sent, none unknown, each delivered once). The skewed host warns about
@@ -139,8 +140,17 @@ func TestASkewedHostTakesNoLiveLeaseAndHidesNoExpiredOne(t *testing.T) {
 			// them in flight.
 			e, base, db := clockEnv(t, []string{"--latency", "1s"}, "")
 			skew := e.skewed(off)
+			// Rows of every kind: live-0 (resolved below) is WhatsApp's.
+			sendMixed := func(key string, i int) {
+				name := []string{"shop", "tw", "mail"}[i%3]
+				args := []string{"send", "--key", key, "--identity", name, "--to", mixedTo(name, i), "--text", "hi"}
+				if name == "mail" {
+					args = append(args, "--subject", "Hi")
+				}
+				e.run(args...)
+			}
 			for i := range 8 {
-				e.run("send", "--key", fmt.Sprintf("live-%d", i), "--to", fmt.Sprintf("+1555000%04d", i), "--text", "hi")
+				sendMixed(fmt.Sprintf("live-%d", i), i)
 			}
 			// A long call timeout: the freeze below must not outlast it
 			// on a loaded machine (that is §1's lease check, not this).
@@ -201,9 +211,13 @@ func TestASkewedHostTakesNoLiveLeaseAndHidesNoExpiredOne(t *testing.T) {
 			if !strings.Contains(a.stderr.String(), "sent 8,") || !strings.Contains(a.stderr.String(), "leases lost 0") {
 				t.Errorf("correct drain: %s", a.stderr.String())
 			}
-			perRef := map[string]int{}
+			perRef, perAPI := map[string]int{}, map[string]int{}
 			for _, d := range deliveries(t, base) {
 				perRef[d.Ref]++
+				perAPI[d.API]++
+			}
+			if perAPI["whatsapp"] != 3 || perAPI["twilio"] != 3 || perAPI["smtp"] != 2 {
+				t.Errorf("deliveries per API %v, want whatsapp 3, twilio 3, smtp 2", perAPI)
 			}
 			if len(perRef) != 8 {
 				t.Errorf("%d messages reached the phone, want 8", len(perRef))
@@ -248,7 +262,7 @@ func TestASkewedHostTakesNoLiveLeaseAndHidesNoExpiredOne(t *testing.T) {
 			// server's 12 s, listed by stuck from either host exactly when
 			// the server's clock has passed them.
 			for i := range 4 {
-				e.run("send", "--key", fmt.Sprintf("killed-%d", i), "--to", fmt.Sprintf("+1555100%04d", i), "--text", "hi")
+				sendMixed(fmt.Sprintf("killed-%d", i), 100+i)
 			}
 			b := startDrain(t, skew, "--concurrency", "4", "--lease", "12s", "--call-timeout", "2s")
 			waitSQL(t, db, 4, "rows the skewed drain claimed", "SELECT count(*) FROM messages WHERE state = 'sending'")

@@ -222,9 +222,10 @@ slow. The probabilities may add up to at most 1.
 Refused sends deliver nothing and leave no idempotency key behind. A dropped
 or slow send is processed exactly as with no fault: a key already accepted is
 replayed, not delivered again. --latency
-delays every send before it is decided. With --idempotent=false the http API
-ignores Idempotency-Key: every accepted call is a new delivery. The WhatsApp
-API has no idempotency key at all.
+delays every send before it is decided (a mail's, with --smtp-addr, after
+its final "."; a client that hangs up meanwhile gets nothing delivered).
+With --idempotent=false the http API ignores Idempotency-Key: every accepted
+call is a new delivery. The WhatsApp API has no idempotency key at all.
 
 With --webhook-url (the base URL of msgq webhook serve), every message the
 http or WhatsApp API accepts is reported by status webhooks, as the real

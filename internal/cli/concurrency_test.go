@@ -15,14 +15,17 @@ import (
 
 // TestDrainProcessesShareOneQueue runs several `msgq drain --follow`
 // processes on one queue (four on one SQLite file, eight on one
-// PostgreSQL schema) against `msgq sim serve` over the WhatsApp API (no
-// idempotency key, so a row claimed twice would be delivered twice), which
-// refuses 10% of calls with a retryable 5xx and drops the answer of 5%
-// after accepting them (those rows end unknown). 2,000 messages to 400
-// recipients. Afterwards, from the sim's own timestamps: no key reached the
-// phone twice, the identity's rate was never exceeded in any one-second
-// window, no recipient got two messages closer than its interval, and
-// every row is accounted for. SIGTERM then stops every drain with exit 0.
+// PostgreSQL schema) against `msgq sim serve`. The queue holds rows of
+// three kinds (mixedIdentities): WhatsApp, Twilio SMS and SMTP email, none
+// with an idempotency key, so a row claimed twice would be delivered
+// twice. The simulator refuses 10% of calls with a 5xx (a Twilio 5xx is
+// ambiguous: those rows end unknown) or, for mail, a 451, and drops the
+// answer of 5% after accepting them (those rows end unknown). 2,000
+// messages to 400 recipients. Afterwards, from the sim's own timestamps:
+// no row reached its recipient twice, no identity's rate was exceeded in
+// any one-second window, no recipient got two messages closer than its
+// interval, and every row is accounted for. SIGTERM then stops every
+// drain with exit 0.
 func TestDrainProcessesShareOneQueue(t *testing.T) {
 	t.Parallel()
 	// The sim timestamps arrivals; on a loaded 2-core CI machine (the race
@@ -49,29 +52,26 @@ func drainsShareOneQueue(t *testing.T, kind string, drainCount int, headroom flo
 	const (
 		n          = 2000
 		recipients = 400
-		rate       = 250 // per second
+		rate       = 100 // per second, per identity: three of them share the queue
 		interval   = time.Second
 	)
-	base := serveSim(t, "--fault-5xx", "0.1", "--fault-drop", "0.05", "--seed", "5")
+	base, smtpPort := serveSimSMTP(t, "--fault-5xx", "0.1", "--fault-drop", "0.05",
+		"--smtp-fault-4xx", "0.1", "--smtp-fault-drop", "0.05", "--seed", "5")
 	dir := t.TempDir()
 	b := newBackend(t, kind, dir)
 	cfg := filepath.Join(dir, "msgq.yaml")
-	writeFile(t, cfg, fmt.Sprintf(`default_identity: shop
-identities:
-  shop:
-    provider: whatsapp
-    base_url: %s
-    phone_number_id: "1000001"
-    token_env: MSGQ_TEST_TOKEN
-    rate: %d/s
+	names := []string{"wa", "tw", "mail"}
+	writeFile(t, cfg, "identities:\n"+mixedIdentities(base, smtpPort, fmt.Sprintf(`    rate: %d/s
     per_recipient_interval: %s
     pacing_headroom: %g
     retry: {base: 50ms, cap: 400ms, max_attempts: 12}
-`, base, rate, interval, headroom))
-	e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + b.url, "MSGQ_TEST_TOKEN=test-token"}}
+`, rate, interval, headroom), names...))
+	e := &msgqEnv{t: t, env: append([]string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + b.url}, mixedEnvVars...)}
 	var lines strings.Builder
 	for i := range n {
-		fmt.Fprintf(&lines, `{"key":"conc-%04d","to":"+1555%07d","text":"hello %d"}`+"\n", i, i%recipients, i)
+		// Recipient r is always of one kind: five messages each.
+		r := i % recipients
+		lines.WriteString(mixedLine(fmt.Sprintf("conc-%04d", i), names[r%len(names)], r, fmt.Sprintf("hello %d", i)))
 	}
 	in := filepath.Join(dir, "in.jsonl")
 	writeFile(t, in, lines.String())
@@ -123,20 +123,36 @@ identities:
 	ds := deliveries(t, base)
 	perKey := map[string]int{}
 	perRcpt := map[string][]time.Time{}
-	var all []time.Time
+	perAPI := map[string][]time.Time{} // one identity per API
+	var first, last time.Time
 	for _, d := range ds {
-		perKey[d.Ref]++ // WhatsApp carries our row id back as biz_opaque_callback_data
+		// Every kind carries our row id back as the delivery's ref (WhatsApp
+		// as biz_opaque_callback_data, Twilio in the status callback URL,
+		// SMTP in the Message-ID).
+		perKey[d.Ref]++
 		if perKey[d.Ref] == 2 {
-			t.Errorf("message %s reached the phone twice", d.Ref)
+			t.Errorf("message %s reached the recipient twice", d.Ref)
 		}
 		perRcpt[d.To] = append(perRcpt[d.To], d.At)
-		all = append(all, d.At)
+		perAPI[d.API] = append(perAPI[d.API], d.At)
+		if first.IsZero() || d.At.Before(first) {
+			first = d.At
+		}
+		if d.At.After(last) {
+			last = d.At
+		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].Before(all[j]) })
-	for i := rate; i < len(all); i++ {
-		if w := all[i].Sub(all[i-rate]); w < time.Second {
-			t.Errorf("%d calls arrived within %s (from %s): the rate %d/s was exceeded", rate+1, w, all[i-rate].Format(time.RFC3339Nano), rate)
-			break
+	for _, api := range []string{"whatsapp", "twilio", "smtp"} {
+		all := perAPI[api]
+		if len(all) == 0 {
+			t.Errorf("no delivery over the %s API", api)
+		}
+		sort.Slice(all, func(i, j int) bool { return all[i].Before(all[j]) })
+		for i := rate; i < len(all); i++ {
+			if w := all[i].Sub(all[i-rate]); w < time.Second {
+				t.Errorf("%s: %d calls arrived within %s (from %s): the rate %d/s was exceeded", api, rate+1, w, all[i-rate].Format(time.RFC3339Nano), rate)
+				break
+			}
 		}
 	}
 	for to, ts := range perRcpt {
@@ -164,7 +180,8 @@ identities:
 	if counts["sent"]+counts["failed"]+counts["unknown"] != n {
 		t.Errorf("states %v do not account for %d rows", counts, n)
 	}
-	t.Logf("states %v; %d deliveries over %s", counts, len(ds), all[len(all)-1].Sub(all[0]))
+	t.Logf("states %v; %d deliveries (whatsapp %d, twilio %d, smtp %d) over %s", counts, len(ds),
+		len(perAPI["whatsapp"]), len(perAPI["twilio"]), len(perAPI["smtp"]), last.Sub(first))
 }
 
 type drainProc struct {

@@ -17,8 +17,9 @@ import (
 
 // TestDrainsOutliveLostDatabaseConnections runs three `msgq drain
 // --follow` processes on PostgreSQL against `msgq sim serve --latency
-// 30ms` over the WhatsApp API (no idempotency key: a row sent twice would
-// reach the phone twice), and three times in the middle of the run
+// 30ms`, on one queue of WhatsApp, Twilio SMS and SMTP email rows
+// (mixedIdentities; none has an idempotency key: a row sent twice would
+// reach its recipient twice), and three times in the middle of the run
 // terminates every database connection they have (pg_terminate_backend, as
 // a failover or an administrator would): claims, outcome writes and the
 // LISTEN connection alike. The drains must reconnect and finish the queue;
@@ -30,25 +31,19 @@ func TestDrainsOutliveLostDatabaseConnections(t *testing.T) {
 	const n = 3000
 	dir := t.TempDir()
 	b := newBackend(t, "postgres", dir)
-	base := serveSim(t, "--latency", "30ms")
+	base, smtpPort := serveSimSMTP(t, "--latency", "30ms")
 	// The drains' connections carry a name of their own, so that the test
 	// terminates theirs and nobody else's.
 	app := fmt.Sprintf("msgq_connloss_%d", rand.Uint32())
 	cfg := filepath.Join(dir, "msgq.yaml")
-	writeFile(t, cfg, fmt.Sprintf(`default_identity: shop
-identities:
-  shop:
-    provider: whatsapp
-    base_url: %s
-    phone_number_id: "1000001"
-    token_env: MSGQ_TEST_TOKEN
-    rate: 1000/s
+	names := []string{"wa", "tw", "mail"}
+	writeFile(t, cfg, "identities:\n"+mixedIdentities(base, smtpPort, `    rate: 1000/s
     retry: {base: 10ms, cap: 100ms, max_attempts: 8}
-`, base))
-	e := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + b.url, "MSGQ_TEST_TOKEN=test-token"}}
+`, names...))
+	e := &msgqEnv{t: t, env: append([]string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + b.url}, mixedEnvVars...)}
 	var lines strings.Builder
 	for i := range n {
-		fmt.Fprintf(&lines, `{"key":"loss-%04d","to":"+1555%07d","text":"hello %d"}`+"\n", i, i, i)
+		lines.WriteString(mixedLine(fmt.Sprintf("loss-%04d", i), names[i%len(names)], i, fmt.Sprintf("hello %d", i)))
 	}
 	in := filepath.Join(dir, "in.jsonl")
 	writeFile(t, in, lines.String())
@@ -62,8 +57,8 @@ identities:
 	}
 	defer admin.Close(ctx)
 
-	de := &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + withParam(t, b.url, "application_name", app),
-		"MSGQ_TEST_TOKEN=test-token"}}
+	de := &msgqEnv{t: t, env: append([]string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + withParam(t, b.url, "application_name", app)},
+		mixedEnvVars...)}
 	type running struct {
 		*drainProc
 		exited chan error
@@ -142,11 +137,21 @@ identities:
 		t.Error("no drain met a terminated connection in a claim or an outcome write: the test proved little")
 	}
 
-	perRef := map[string]int{}
+	perRef, perTo, perAPI := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, d := range deliveries(t, base) {
 		perRef[d.Ref]++
+		perTo[d.To]++
+		perAPI[d.API]++
 		if perRef[d.Ref] == 2 {
 			t.Errorf("message %s reached the phone twice", d.Ref)
+		}
+		if perTo[d.To] == 2 {
+			t.Errorf("%s (%s) was reached twice", d.To, d.API)
+		}
+	}
+	for _, api := range []string{"whatsapp", "twilio", "smtp"} {
+		if perAPI[api] == 0 {
+			t.Errorf("no delivery over the %s API: deliveries per API %v", api, perAPI)
 		}
 	}
 	counts := map[string]int{}
@@ -167,7 +172,7 @@ identities:
 	if len(rows) != n {
 		t.Errorf("%d rows, want %d", len(rows), n)
 	}
-	t.Logf("states %v; %d reached the phone", counts, len(perRef))
+	t.Logf("states %v; %d reached their recipient (per API %v)", counts, len(perRef), perAPI)
 }
 
 func lastLine(s string) string {

@@ -40,18 +40,22 @@ func simCalls(t *testing.T, base string) []simCall {
 
 // TestAFrozenDrainWakesUpToGiveRowsBackNeverToCall is issue 12's
 // reproduction, on both stores, with real processes: a `msgq drain
-// --follow` with two paced identities (wa: WhatsApp, no key dedupe; sm:
-// the sim's http API, which deduplicates by key) is frozen with SIGSTOP
-// while it holds leases, some rows waiting for their pacing slot and some
-// mid-call. Past its lease and the takeover margin, reconcile takes the
-// rows over (wa: unknown; sm: queued, maybe_sent), an operator cancels a
+// --follow` with four paced identities (wa: WhatsApp, tw: Twilio SMS and
+// mail: SMTP email, none with key dedupe; sm: the sim's http API, which
+// deduplicates by key) is frozen with SIGSTOP while it holds leases, some
+// rows waiting for their pacing slot and some mid-call. Past its lease
+// and the takeover margin, reconcile takes the rows over (wa, mail:
+// unknown; tw: unknown, or settled sent by Twilio's search when its call
+// had reached the simulator; sm: queued, maybe_sent), an operator cancels a
 // requeued row, and resolves an unknown row as failed and resends it under
 // a new key. Then SIGCONT. The simulator's call log is the oracle:
 //   - no call after the resume for a row the frozen drain held, except a
 //     later claim's own (recorded as its attempt: reconcile queued the sm
 //     rows again, and the woken drain may claim them anew);
-//   - the canceled row never reaches the phone, and no recipient gets a
-//     message twice (the resent one included);
+//   - the canceled row never reaches the phone, no recipient gets a
+//     message twice (the resent one included), and every recipient is
+//     reached but the canceled one's and those of the uncalled rows left
+//     unknown (all but the resent one);
 //   - every row the frozen drain had not called yet gets a history entry
 //     saying it was given back without a call, and every call it had made
 //     has its attempt on the row (the late answer is evidence, not lost).
@@ -100,13 +104,13 @@ func TestAFrozenDrainWakesUpToGiveRowsBackNeverToCall(t *testing.T) {
 }
 
 func frozenDrain(t *testing.T, kind string) {
-	const n = 60
+	const n = 120 // 30 per identity, as before: at 3/s, ten seconds of calls to freeze in
 	ctx := context.Background()
 	// Latency longer than the pacing interval (3/s and 10% headroom:
 	// 367 ms): at any moment a call of each identity is in flight, so the
 	// freeze catches some mid-call (their answers come back late), while
 	// other claimed rows wait for their slots.
-	sim := serveSim(t, "--latency", "600ms")
+	sim, smtpPort := serveSimSMTP(t, "--latency", "600ms")
 	e := newOpEnv(t, kind, fmt.Sprintf(`default_identity: wa
 identities:
   wa:
@@ -119,17 +123,23 @@ identities:
     provider: sim
     base_url: %[1]s
     rate: 3/s
-`, sim))
+%[2]s`, sim, mixedIdentities(sim, smtpPort, "    rate: 3/s\n", "tw", "mail")))
+	e.env = append(e.env, mixedEnvVars...)
 	var lines strings.Builder
 	for i := range n {
-		id := []string{"wa", "sm"}[i%2]
-		fmt.Fprintf(&lines, `{"key":"frz-%02d","to":"+1555%07d","identity":"%s","template":"order_update","params":["%d"]}`+"\n", i, i, id, i)
+		switch id := []string{"wa", "sm", "tw", "mail"}[i%4]; id {
+		case "tw", "mail":
+			lines.WriteString(mixedLine(fmt.Sprintf("frz-%02d", i), id, i, fmt.Sprintf("hello %d", i)))
+		default:
+			fmt.Fprintf(&lines, `{"key":"frz-%02d","to":"+1555%07d","identity":"%s","template":"order_update","params":["%d"]}`+"\n", i, i, id, i)
+		}
 	}
 	in := filepath.Join(t.TempDir(), "in.jsonl")
 	writeFile(t, in, lines.String())
 	e.run("send", "--file", in)
 
-	d := startDrain(t, e.msgqEnv, "--follow", "--concurrency", "8", "--lease", "12s", "--call-timeout", "2s")
+	// Four rows of each identity at a time, as two identities had with 8.
+	d := startDrain(t, e.msgqEnv, "--follow", "--concurrency", "16", "--lease", "12s", "--call-timeout", "2s")
 	pid := d.cmd.Process.Pid
 	// The issue's 2 s, but counted from the drain's first calls: on a
 	// loaded machine the process may take a while to start.
@@ -186,11 +196,15 @@ identities:
 		// A drain frozen inside a SQLite write transaction holds the
 		// file's write lock, so no other process can write until it
 		// resumes (busy, not unsafe): that moment is wrong too.
-		if uncalled["wa"] > 0 && uncalled["sm"] > 0 && len(held) > uncalled["wa"]+uncalled["sm"] && writableNow(t, e.msgqEnv) {
+		// Every kind held; uncalled rows of both wa and sm (to resolve
+		// and cancel), and a call in flight.
+		uncalledAll := uncalled["wa"] + uncalled["sm"] + uncalled["tw"] + uncalled["mail"]
+		if uncalled["wa"] > 0 && uncalled["sm"] > 0 && perIdentity["tw"] > 0 && perIdentity["mail"] > 0 &&
+			len(held) > uncalledAll && writableNow(t, e.msgqEnv) {
 			break
 		}
 		if try == 10 {
-			t.Fatalf("ten freezes, none holding uncalled rows of both identities and a call in flight (last: %v held, %v uncalled)",
+			t.Fatalf("ten freezes, none holding rows of every identity, uncalled ones of wa and sm, and a call in flight (last: %v held, %v uncalled)",
 				perIdentity, uncalled)
 		}
 		if err := d.cmd.Process.Signal(syscall.SIGCONT); err != nil {
@@ -216,6 +230,20 @@ identities:
 			}
 			if resolved == "" && calledBefore[id] == 0 {
 				resolved = id
+			}
+		case "mail":
+			// SMTP has nothing to look a mail up by.
+			if m.State != state.Unknown {
+				t.Errorf("held mail row %s after reconcile: %s, want unknown", h.Key, m.State)
+			}
+		case "tw":
+			// Twilio's search finds the one message a call created, and
+			// none for a row never called.
+			switch {
+			case calledBefore[id] == 0 && m.State != state.Unknown:
+				t.Errorf("held tw row %s, never called, after reconcile: %s, want unknown", h.Key, m.State)
+			case calledBefore[id] > 0 && m.State != state.Sent && m.State != state.Delivered:
+				t.Errorf("held tw row %s, called, after reconcile: %s, want sent or delivered (found by Twilio's search)", h.Key, m.State)
 			}
 		case "sm":
 			if m.State != state.Queued || !m.MaybeSent {
@@ -284,8 +312,8 @@ identities:
 			t.Errorf("%s row %s: %d calls after the resume, %d of them by later claims: the frozen drain called on a lost lease",
 				h.Identity, h.Key, after[id], later)
 		}
-		if h.Identity == "wa" && after[id] != 0 {
-			t.Errorf("wa row %s (unknown, never claimed again) was called %d times after the resume", h.Key, after[id])
+		if h.Identity != "sm" && after[id] != 0 {
+			t.Errorf("%s row %s (unknown or settled, never claimed again) was called %d times after the resume", h.Identity, h.Key, after[id])
 		}
 		hist, err := e.st.MessageHistory(ctx, id)
 		if err != nil {
@@ -318,22 +346,17 @@ identities:
 			t.Errorf("the canceled row %s reached the phone at %s", held[canceled].Key, dl.At)
 		}
 	}
-	// A held wa row that had no call before the resume is unknown after
-	// reconcile and stays so (the frozen drain's give-back finds the row
-	// moved on): it reaches nobody until an operator decides, and it
-	// stays listed for them. Only one of them (resolved) is resent.
-	stayUnknown := 0
+	// Rows held uncalled by identities that do not deduplicate stay
+	// unknown (never sent blindly); of them only the resolved one's
+	// recipient is reached, by its resend.
+	leftUnknown := 0
 	for id, h := range held {
-		if h.Identity != "wa" || calledBefore[id] != 0 || id == resolved {
-			continue
-		}
-		stayUnknown++
-		if m := e.get(id); m.State != state.Unknown {
-			t.Errorf("held wa row %s, uncalled and not resolved: %s at the end, want unknown", h.Key, m.State)
+		if h.Identity != "sm" && calledBefore[id] == 0 && id != resolved {
+			leftUnknown++
 		}
 	}
-	if want := n - 1 - stayUnknown; len(perTo) != want {
-		t.Errorf("%d recipients reached, want %d (all but the canceled one and the %d left unknown)", len(perTo), want, stayUnknown)
+	if want := n - 1 - leftUnknown; len(perTo) != want {
+		t.Errorf("%d recipients reached, want %d (all but the canceled one and %d left unknown uncalled)", len(perTo), want, leftUnknown)
 	}
 	if m := e.get(rs.ID); m.State != state.Sent {
 		t.Errorf("the resend is %s, want sent", m.State)

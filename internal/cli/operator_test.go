@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -131,6 +133,34 @@ func (e *opEnv) sending(key, identity string, lease time.Duration) *store.Messag
 		time.Sleep(2*lease + store.TakeoverMargin)
 	}
 	return &cs[0].Message
+}
+
+// expired seeds one row per key (of the identity named beside it), claims
+// them all at once with a lease of 5ms, and waits once for the leases to
+// expire and the takeover margin to pass. The rows are returned by key.
+func (e *opEnv) expired(keyIdentity ...string) map[string]*store.Message {
+	e.t.Helper()
+	want := map[string]bool{}
+	for i := 0; i < len(keyIdentity); i += 2 {
+		want[e.seed(keyIdentity[i], keyIdentity[i+1], "").ID] = true
+	}
+	const lease = 5 * time.Millisecond
+	cs, err := e.st.MessageClaim(context.Background(), &store.ClaimParams{Owner: testOwner, LeaseFor: lease, Limit: len(want)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	got := map[string]*store.Message{}
+	for i := range cs {
+		if !want[cs[i].ID] {
+			e.t.Fatalf("claimed %s, not one of %v", cs[i].Key, keyIdentity)
+		}
+		got[cs[i].Key] = &cs[i].Message
+	}
+	if len(got) != len(want) {
+		e.t.Fatalf("claimed %d rows, want %d", len(got), len(want))
+	}
+	time.Sleep(2*lease + store.TakeoverMargin)
+	return got
 }
 
 // unknown seeds a row and leaves it unknown, as a drain does when an
@@ -443,27 +473,56 @@ type reconcileJSON struct {
 }
 
 // changes is the reconcile's changes as "key from->to" and its unresolved
-// rows as "key: note", sorted.
+// rows as "key: note", sorted. A note's search time reads "(near T)".
 func (r *reconcileJSON) summary() (changed, left []string) {
 	for _, c := range r.Changed {
 		changed = append(changed, c.Key+" "+c.From+"->"+c.To)
 	}
+	near := regexp.MustCompile(`\(near [^)]*\)`)
 	for _, l := range r.Unresolved {
-		left = append(left, l.Key+": "+l.Note)
+		left = append(left, l.Key+": "+near.ReplaceAllString(l.Note, "(near T)"))
 	}
 	slices.Sort(changed)
 	slices.Sort(left)
 	return changed, left
 }
 
+// twilioCreate sends one SMS through the simulator's Twilio Messages API
+// (as mixedIdentities' tw) and returns its SID.
+func twilioCreate(t *testing.T, sim, to, body string) string {
+	t.Helper()
+	sid := strings.TrimPrefix(mixedEnvVars[1], "MSGQ_TEST_TWILIO_SID=")
+	form := url.Values{"To": {to}, "From": {"+15005550006"}, "Body": {body}}
+	req, err := http.NewRequest(http.MethodPost, sim+"/2010-04-01/Accounts/"+sid+"/Messages.json", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.SetBasicAuth(sid, "test-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m struct{ SID string }
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || resp.StatusCode != http.StatusCreated || !strings.HasPrefix(m.SID, "SM") {
+		t.Fatalf("sim twilio create: %d, sid %q, %v", resp.StatusCode, m.SID, err)
+	}
+	return m.SID
+}
+
 func TestReconcileSettlesWhatEvidenceSettlesAndListsTheRest(t *testing.T) {
 	t.Parallel()
 	bothStores(t, func(t *testing.T, kind string) {
-		sim := serveSim(t)
+		// Rows of every kind: wa, api (http), tw (Twilio SMS: a look-up by
+		// SID, and a search without one) and mail (SMTP has nothing to
+		// look a mail up by: its rows are always left for a person).
+		sim, smtpPort := serveSimSMTP(t, "--status-delay", "1h")
 		e := newOpEnv(t, kind, fmt.Sprintf(`identities:
   wa: {provider: whatsapp, base_url: %s, phone_number_id: "1000001", token_env: MSGQ_TEST_TOKEN}
   api: {provider: http, base_url: %s, token_env: MSGQ_TEST_TOKEN}
-`, sim, sim))
+`, sim, sim)+mixedIdentities(sim, smtpPort, "", "tw", "mail"))
+		e.env = append(e.env, mixedEnvVars...)
 		// A message the provider has: its id is what a look-up asks for.
 		resp, body := simPost(t, sim+"/v1/messages", "pre-1", `{"ref":"pre","to":"+15550009999","channel":"whatsapp","text":"hi"}`)
 		var accepted struct{ ID string }
@@ -471,14 +530,19 @@ func TestReconcileSettlesWhatEvidenceSettlesAndListsTheRest(t *testing.T) {
 			t.Fatalf("sim: %d %s", resp.StatusCode, body)
 		}
 
-		waExp := e.sending("wa-expired", "wa", 5*time.Millisecond)
-		apiExp := e.sending("api-expired", "api", 5*time.Millisecond)
-		goneExp := e.sending("gone-expired", "gone", 5*time.Millisecond)
+		// And a message Twilio has: its SID is what a look-up asks for.
+		twSID := twilioCreate(t, sim, "+15552009999", "hi")
+
+		// The expired leases, waited out once for all of them.
+		exp := e.expired("wa-expired", "wa", "tw-expired", "tw", "mail-expired", "mail", "api-expired", "api", "gone-expired", "gone")
+		waExp, twExp, mailExp, apiExp, goneExp := exp["wa-expired"], exp["tw-expired"], exp["mail-expired"], exp["api-expired"], exp["gone-expired"]
+		twKnown := e.unknown("tw-known", "tw", twSID, "")
+		mailUnk := e.unknown("mail-unknown", "mail", "msgq.x@example.com", "")
 		apiKnown := e.unknown("api-known", "api", accepted.ID, "")
 		apiLost := e.unknown("api-lost", "api", "msg_nope", "")
 		waUnk := e.unknown("wa-unknown", "wa", "wamid.HBgL", "131000")
 		live := e.sending("wa-live", "wa", time.Hour)
-		rows := []*store.Message{waExp, apiExp, goneExp, apiKnown, apiLost, waUnk, live}
+		rows := []*store.Message{waExp, twExp, mailExp, twKnown, mailUnk, apiExp, goneExp, apiKnown, apiLost, waUnk, live}
 		hist := map[string]int{}
 		for _, m := range rows {
 			hist[m.ID] = len(e.history(m.ID))
@@ -499,12 +563,14 @@ func TestReconcileSettlesWhatEvidenceSettlesAndListsTheRest(t *testing.T) {
 		// written.
 		noToken := &opEnv{msgqEnv: &msgqEnv{t: t, env: e.env[:2]}, st: e.st}
 		out, errs, code := noToken.try("reconcile", "--dry-run", "-o", "json")
-		// wa's provider has no look-up: it needs no token here.
+		// wa's and mail's providers have no look-up: they need no token here.
 		warn := "reconcile: skipping identity api: MSGQ_TEST_TOKEN (token_env) not set in this environment; its unknown rows are not looked up\n"
-		if code != 0 || strings.Count(errs, warn) != 1 || strings.Count(errs, "skipping") != 1 {
-			t.Errorf("reconcile without a token: exit %d, stderr %q, want one warning, for api", code, errs)
+		twWarn := "reconcile: skipping identity tw: MSGQ_TEST_TWILIO_SID (account_sid_env), MSGQ_TEST_TOKEN (auth_token_env) not set in this environment; its unknown rows are not looked up\n"
+		if code != 0 || strings.Count(errs, warn) != 1 || strings.Count(errs, twWarn) != 1 || strings.Count(errs, "skipping") != 2 {
+			t.Errorf("reconcile without a token: exit %d, stderr %q, want one warning each, for api and tw", code, errs)
 		}
-		if !strings.Contains(out, "identity api's token is not set here: not looked up") {
+		if !strings.Contains(out, "identity api's token is not set here: not looked up") ||
+			!strings.Contains(out, "identity tw's token is not set here: not looked up") {
 			t.Errorf("reconcile without a token: %s", out)
 		}
 		nothingWritten("reconcile without a token")
@@ -513,11 +579,17 @@ func TestReconcileSettlesWhatEvidenceSettlesAndListsTheRest(t *testing.T) {
 			"api-expired sending->queued",
 			"api-known unknown->sent",
 			"gone-expired sending->unknown",
+			"mail-expired sending->unknown",
+			"tw-expired sending->unknown",
+			"tw-known unknown->sent",
 			"wa-expired sending->unknown",
 		}
 		wantLeft := []string{
 			"api-lost: look-up failed: permanent, HTTP 404, code not_found",
 			"gone-expired: its drain vanished mid-call: the call may have reached the phone; no provider id to look up",
+			"mail-expired: its drain vanished mid-call: the call may have reached the phone; no provider id to look up",
+			"mail-unknown: identity mail's provider cannot look a message up",
+			"tw-expired: its drain vanished mid-call: the call may have reached the phone; no provider id, and the provider lists no message that matches it (near T): not settled",
 			"wa-expired: its drain vanished mid-call: the call may have reached the phone; no provider id to look up",
 			"wa-unknown: identity wa's provider cannot look a message up",
 		}
@@ -550,6 +622,9 @@ func TestReconcileSettlesWhatEvidenceSettlesAndListsTheRest(t *testing.T) {
 			detail string
 		}{
 			{waExp, state.Unknown, "lease_expired", "lease of " + testOwner + " expired at .*; identity wa's provider does not deduplicate by key, so the call may have reached the phone"},
+			{twExp, state.Unknown, "lease_expired", "identity tw's provider does not deduplicate by key"},
+			{mailExp, state.Unknown, "lease_expired", "identity mail's provider does not deduplicate by key"},
+			{twKnown, state.Sent, "evidence(sent)", `provider look-up of ` + twSID + `: status "sent"`},
 			{apiExp, state.Queued, "lease_requeue", "identity api's provider deduplicates by key: queued again with the same key \\(maybe_sent\\)"},
 			{goneExp, state.Unknown, "lease_expired", "identity gone is not in the config: treated as not deduplicating by key"},
 			{apiKnown, state.Sent, "evidence(sent)", `provider look-up of ` + accepted.ID + `: status "accepted"`},
@@ -565,14 +640,14 @@ func TestReconcileSettlesWhatEvidenceSettlesAndListsTheRest(t *testing.T) {
 		if m := e.get(apiExp.ID); !m.MaybeSent || m.LeaseOwner != "" {
 			t.Errorf("requeued row: maybe_sent %v, lease %q", m.MaybeSent, m.LeaseOwner)
 		}
-		for _, m := range []*store.Message{apiLost, waUnk, live} {
+		for _, m := range []*store.Message{apiLost, waUnk, mailUnk, live} {
 			e.unchanged(m, hist[m.ID])
 		}
 
 		// Again: nothing left to change; the same rows wait for a person.
 		stdout, stderr, code := e.try("reconcile")
-		if code != 0 || stderr != "reconcile: changed 0, left for a person 4\n" ||
-			!strings.HasPrefix(stdout, "CHANGED\nnone\n\nFOR A PERSON") || strings.Count(stdout, "\n") != 9 {
+		if code != 0 || stderr != "reconcile: changed 0, left for a person 7\n" ||
+			!strings.HasPrefix(stdout, "CHANGED\nnone\n\nFOR A PERSON") || strings.Count(stdout, "\n") != 12 {
 			t.Errorf("second reconcile: exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
 		}
 		if !regexp.MustCompile(`(?m)^` + waUnk.ID + ` +wa-unknown +wa +\d+s +1 +131000 +identity wa's provider cannot look a message up$`).MatchString(stdout) {

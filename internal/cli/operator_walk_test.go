@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"fmt"
+	"sort"
 	"syscall"
 	"testing"
 	"time"
@@ -10,27 +11,43 @@ import (
 	"github.com/msgq/msgq/internal/store"
 )
 
-// TestADrainKilledMidCallIsWalkedToAResendThatGoesOutOnce follows one
-// message the way an operator meets it. A drain claims it and calls
-// WhatsApp (`msgq sim serve`, which answers after 3s) and is killed with
-// SIGKILL mid-call. The row stays in sending; `stuck` lists it once its
-// lease has expired; `reconcile` makes it unknown (WhatsApp does not
-// deduplicate, so the call may have gone out); a person resolves it as
-// failed and resends it under a new key; a drain sends the resend. The
-// simulator's delivery log is checked at each step: the first call may or
-// may not be in it (here the kill hangs up during the latency, so it is
-// not), the resend is in it exactly once, and the original is never sent
-// again.
+// TestADrainKilledMidCallIsWalkedToAResendThatGoesOutOnce follows
+// messages the way an operator meets them, one of each kind that does
+// not deduplicate by key (mixedIdentities: WhatsApp, Twilio SMS, SMTP
+// email), in one queue. A drain claims them and calls (`msgq sim serve`,
+// which answers after 3s, a mail after its final ".") and is killed with
+// SIGKILL mid-call. The rows stay in sending; `stuck` lists them once
+// their lease has expired; `reconcile` makes them unknown (no provider
+// deduplicates, so the call may have gone out; Twilio's search finds no
+// message, which settles nothing); a person resolves each as failed and
+// resends it under a new key; a drain sends the resends. The simulator's
+// delivery log is checked at each step: a first call may or may not be in
+// it (here the kill hangs up during the latency, so it is not), each
+// resend is in it exactly once, and no original is ever sent again.
 func TestADrainKilledMidCallIsWalkedToAResendThatGoesOutOnce(t *testing.T) {
 	t.Parallel()
 	bothStores(t, func(t *testing.T, kind string) {
-		sim := serveSim(t, "--latency", "3s")
-		e := newOpEnv(t, kind, fmt.Sprintf(`default_identity: wa
-identities:
-  wa: {provider: whatsapp, base_url: %s, phone_number_id: "1000001", token_env: MSGQ_TEST_TOKEN}
-`, sim))
-		e.run("send", "--key", "order-1001-shipped", "--to", "+15551234567", "--template", "order_update", "--param", "Ada")
-		orig := e.get("order-1001-shipped")
+		sim, smtpPort := serveSimSMTP(t, "--latency", "3s")
+		names := []string{"wa", "tw", "mail"}
+		e := newOpEnv(t, kind, "identities:\n"+mixedIdentities(sim, smtpPort, "", names...))
+		e.env = append(e.env, mixedEnvVars...)
+		keys := map[string]string{} // identity -> the original's key
+		origs := map[string]*store.Message{}
+		for i, name := range names {
+			key := fmt.Sprintf("order-100%d-shipped", i+1)
+			args := []string{"send", "--key", key, "--identity", name, "--to", mixedTo(name, 4567)}
+			switch name {
+			case "wa":
+				args = append(args, "--template", "order_update", "--param", "Ada")
+			case "mail":
+				args = append(args, "--subject", "Your order", "--text", "Your order has shipped")
+			default:
+				args = append(args, "--text", "Your order has shipped")
+			}
+			e.run(args...)
+			keys[name] = key
+			origs[name] = e.get(key)
+		}
 		sentTo := func(id string) int {
 			n := 0
 			for _, d := range deliveries(t, sim) {
@@ -40,34 +57,51 @@ identities:
 			}
 			return n
 		}
+		ids := func() []string {
+			var s []string
+			for _, m := range origs {
+				s = append(s, m.ID)
+			}
+			sort.Strings(s)
+			return s
+		}
 
-		// The drain claims the row, calls, and is killed before the answer.
+		// The drain claims the rows, calls, and is killed before the answers.
 		d := e.cmd("drain", "--follow", "--call-timeout", "2s", "--lease", "12s")
 		if err := d.Start(); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(30 * time.Second); e.get(orig.ID).State == state.Queued; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				_ = d.Process.Kill()
-				t.Fatal("the drain never claimed the row")
+		for _, name := range names {
+			for deadline := time.Now().Add(30 * time.Second); e.get(origs[name].ID).State == state.Queued; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					_ = d.Process.Kill()
+					t.Fatalf("the drain never claimed the %s row", name)
+				}
 			}
 		}
 		if err := d.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		_ = d.Wait()
-		m := e.get(orig.ID)
-		if m.State != state.Sending || m.LeaseUntil == nil {
-			t.Fatalf("after the kill the row is %s: the drain finished the call first, and the test proved nothing", m.State)
-		}
-		first := sentTo(orig.ID)
-		if first > 1 {
-			t.Fatalf("the first call reached the phone %d times", first)
+		first := map[string]int{}
+		var lease time.Time
+		for _, name := range names {
+			m := e.get(origs[name].ID)
+			if m.State != state.Sending || m.LeaseUntil == nil {
+				t.Fatalf("after the kill the %s row is %s: the drain finished the call first, and the test proved nothing", name, m.State)
+			}
+			if m.LeaseUntil.After(lease) {
+				lease = *m.LeaseUntil
+			}
+			first[name] = sentTo(m.ID)
+			if first[name] > 1 {
+				t.Fatalf("the first %s call reached the recipient %d times", name, first[name])
+			}
 		}
 
-		// While the lease is live the row belongs to its drain: not stuck
-		// yet (claimed under a minute ago), reconcile leaves it alone, and
-		// a verdict is refused.
+		// While the leases are live the rows belong to their drain: not
+		// stuck yet (claimed under a minute ago), reconcile leaves them
+		// alone, and a verdict is refused.
 		var rs []stuckJSON
 		e.jsonOut(0, &rs, "stuck")
 		if len(rs) != 0 {
@@ -78,74 +112,112 @@ identities:
 		if len(rj.Changed)+len(rj.Unresolved) != 0 {
 			t.Errorf("reconcile with a live lease: %+v", rj)
 		}
-		e.refused(1, `lease is live until`, "resolve", "order-1001-shipped", "--as", "failed", "--note", "x")
-
-		// The lease expires, and the takeover margin passes: stuck lists
-		// it (exit 4 for cron).
-		time.Sleep(time.Until(m.LeaseUntil.Add(store.TakeoverMargin)) + 100*time.Millisecond)
-		e.jsonOut(4, &rs, "stuck", "--fail-if-any")
-		if len(rs) != 1 || rs[0].ID != orig.ID || !rs[0].LeaseExpired || rs[0].State != "sending" {
-			t.Fatalf("stuck after the lease expired: %+v", rs)
+		for _, name := range names {
+			e.refused(1, `lease is live until`, "resolve", keys[name], "--as", "failed", "--note", "x")
 		}
 
-		// Reconcile: WhatsApp does not deduplicate, so unknown, and left
-		// for a person. Nothing was sent.
+		// The leases expire, and the takeover margin passes: stuck lists
+		// them (exit 4 for cron).
+		time.Sleep(time.Until(lease.Add(store.TakeoverMargin)) + 100*time.Millisecond)
+		e.jsonOut(4, &rs, "stuck", "--fail-if-any")
+		var got []string
+		for _, r := range rs {
+			if !r.LeaseExpired || r.State != "sending" {
+				t.Errorf("stuck after the leases expired: %+v", r)
+			}
+			got = append(got, r.ID)
+		}
+		sort.Strings(got)
+		if fmt.Sprint(got) != fmt.Sprint(ids()) {
+			t.Fatalf("stuck after the leases expired: %+v", rs)
+		}
+
+		// Reconcile: no provider deduplicates, so unknown, and left for a
+		// person. Nothing was sent.
 		e.jsonOut(4, &rj, "reconcile", "--fail-if-unresolved")
-		if len(rj.Changed) != 1 || rj.Changed[0].ID != orig.ID || rj.Changed[0].From != "sending" || rj.Changed[0].To != "unknown" ||
-			len(rj.Unresolved) != 1 || rj.Unresolved[0].ID != orig.ID {
+		got = nil
+		for _, c := range rj.Changed {
+			if c.From != "sending" || c.To != "unknown" {
+				t.Errorf("reconcile changed %s: %s -> %s", c.Key, c.From, c.To)
+			}
+			got = append(got, c.ID)
+		}
+		sort.Strings(got)
+		var left []string
+		for _, u := range rj.Unresolved {
+			left = append(left, u.ID)
+		}
+		sort.Strings(left)
+		if fmt.Sprint(got) != fmt.Sprint(ids()) || fmt.Sprint(left) != fmt.Sprint(ids()) {
 			t.Fatalf("reconcile: %+v", rj)
 		}
-		if m := e.get(orig.ID); m.State != state.Unknown {
-			t.Fatalf("after reconcile: %s", m.State)
-		}
-		if n := sentTo(orig.ID); n != first {
-			t.Fatalf("reconcile: the original reached the phone %d times, was %d", n, first)
+		for _, name := range names {
+			id := origs[name].ID
+			if m := e.get(id); m.State != state.Unknown {
+				t.Fatalf("after reconcile the %s row is %s", name, m.State)
+			}
+			if n := sentTo(id); n != first[name] {
+				t.Fatalf("reconcile: the %s original reached the recipient %d times, was %d", name, n, first[name])
+			}
 		}
 		e.jsonOut(0, &rs, "stuck", "--older-than", "0s")
-		if len(rs) != 1 || rs[0].State != "unknown" {
+		if len(rs) != len(names) {
 			t.Errorf("stuck after reconcile: %+v", rs)
+		}
+		for _, r := range rs {
+			if r.State != "unknown" {
+				t.Errorf("stuck after reconcile: %+v", r)
+			}
 		}
 
 		// A resend now would risk a duplicate; a person finds out and
 		// decides first.
-		e.refused(1, `--accept-duplicate-risk`, "resend", "order-1001-shipped", "--key", "order-1001-shipped-r2")
-		e.run("resolve", "order-1001-shipped", "--as", "failed", "--note", "provider support: never accepted", "--by", "ops")
-		if m := e.get(orig.ID); m.State != state.Failed || m.Reason != state.Resolved {
-			t.Fatalf("after resolve: %s(%s)", m.State, m.Reason)
+		resends := map[string]resendJSON{}
+		for _, name := range names {
+			key, orig := keys[name], origs[name]
+			e.refused(1, `--accept-duplicate-risk`, "resend", key, "--key", key+"-r2")
+			e.run("resolve", key, "--as", "failed", "--note", "provider support: never accepted", "--by", "ops")
+			if m := e.get(orig.ID); m.State != state.Failed || m.Reason != state.Resolved {
+				t.Fatalf("%s after resolve: %s(%s)", name, m.State, m.Reason)
+			}
+			var r resendJSON
+			e.jsonOut(0, &r, "resend", key, "--key", key+"-r2")
+			if r.ResendOf != orig.ID || r.State != "queued" {
+				t.Fatalf("%s resend: %+v", name, r)
+			}
+			if n := sentTo(r.ID); n != 0 {
+				t.Fatalf("the %s resend reached the recipient before any drain: %d", name, n)
+			}
+			resends[name] = r
 		}
 		e.jsonOut(0, &rs, "stuck", "--older-than", "0s")
 		if len(rs) != 0 {
 			t.Errorf("stuck after resolve: %v", stuckKeys(rs))
 		}
 
-		var r resendJSON
-		e.jsonOut(0, &r, "resend", "order-1001-shipped", "--key", "order-1001-shipped-r2")
-		if r.ResendOf != orig.ID || r.State != "queued" {
-			t.Fatalf("resend: %+v", r)
-		}
-		if n := sentTo(r.ID); n != 0 {
-			t.Fatalf("the resend reached the phone before any drain: %d", n)
-		}
-
-		// A drain sends the resend, once; the original never again.
+		// A drain sends the resends, once each; the originals never again.
 		e.run("drain")
 		for _, again := range []bool{false, true} {
-			if n := sentTo(r.ID); n != 1 {
-				t.Errorf("the resend reached the phone %d times, want 1", n)
-			}
-			if n := sentTo(orig.ID); n != first {
-				t.Errorf("the original reached the phone %d times, was %d before", n, first)
+			for _, name := range names {
+				if n := sentTo(resends[name].ID); n != 1 {
+					t.Errorf("the %s resend reached the recipient %d times, want 1", name, n)
+				}
+				if n := sentTo(origs[name].ID); n != first[name] {
+					t.Errorf("the %s original reached the recipient %d times, was %d before", name, n, first[name])
+				}
 			}
 			if !again {
 				e.run("drain")
 				e.run("reconcile")
 			}
 		}
-		if m := e.get(r.ID); m.State != state.Sent {
-			t.Errorf("the resend is %s, want sent", m.State)
-		}
-		if m := e.get(orig.ID); m.State != state.Failed || m.Reason != state.Resolved {
-			t.Errorf("the original is %s(%s), want failed(resolved)", m.State, m.Reason)
+		for _, name := range names {
+			if m := e.get(resends[name].ID); m.State != state.Sent {
+				t.Errorf("the %s resend is %s, want sent", name, m.State)
+			}
+			if m := e.get(origs[name].ID); m.State != state.Failed || m.Reason != state.Resolved {
+				t.Errorf("the %s original is %s(%s), want failed(resolved)", name, m.State, m.Reason)
+			}
 		}
 	})
 }

@@ -46,6 +46,9 @@ import (
 // before MAIL FROM (530 5.7.0 without it) and wrong credentials get
 // 535 5.7.8.
 //
+// The Sim's Latency delays each mail's decision after its final ".";
+// a client that hangs up during it gets nothing delivered or logged.
+//
 // The call log (GET /calls) gets one entry per recipient decided, with
 // Result "delivered" or the fault: "fault-smtp-bounce", "fault-smtp-defer",
 // "fault-smtp-4xx", "fault-smtp-5xx" (the drop fault keeps "delivered":
@@ -236,6 +239,7 @@ var (
 	errBounce       = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "No such user here"}
 	errDefer        = &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 7, 1}, Message: "Greylisted, try again later"}
 	errReject       = &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 7, 1}, Message: "Message rejected by policy"}
+	errHungUp       = &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 4, 2}, Message: "Connection dropped during the latency"}
 	errTempfail     = &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "Temporary local problem, try again later"}
 )
 
@@ -305,6 +309,11 @@ func (ss *smtpSession) Data(r io.Reader) error {
 	}
 	msgID, ref, subject := parseMail(raw)
 	m, s := ss.m, ss.m.s
+	if !ss.waitLatency(s.cfg.Latency) {
+		// The client hung up during the latency: nothing is decided,
+		// as the HTTP APIs do with a caller that hangs up.
+		return errHungUp
+	}
 
 	s.mu.Lock()
 	f := m.pickLocked()
@@ -353,6 +362,24 @@ func (ss *smtpSession) Data(r io.Reader) error {
 		_ = ss.conn.Conn().Close()
 	}
 	return nil
+}
+
+// waitLatency waits out the Sim's latency after a mail's final ".",
+// watching the connection meanwhile: it is false when the client hung
+// up (or sent anything before its answer) during the wait.
+func (ss *smtpSession) waitLatency(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	c := ss.conn.Conn()
+	if err := c.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return false
+	}
+	var b [1]byte
+	_, err := c.Read(b[:])
+	_ = c.SetReadDeadline(time.Time{})
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // call logs a decision made at RCPT TO.

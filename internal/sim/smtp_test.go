@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/msgq/msgq/internal/sim"
 )
@@ -220,5 +222,46 @@ func TestSMTPConfigValidate(t *testing.T) {
 		if _, err := sim.New(sim.DefaultConfig()).NewSMTPServer(tc.cfg); err == nil {
 			t.Errorf("%+v: NewSMTPServer accepted it", tc.cfg)
 		}
+	}
+}
+
+// TestSMTPLatency: the Sim's latency holds a mail's answer after its
+// final "."; a client that hangs up meanwhile gets nothing delivered.
+func TestSMTPLatency(t *testing.T) {
+	s, _, addr := smtpSim(t, cfgWith(func(c *sim.Config) { c.Latency = 300 * time.Millisecond }), sim.SMTPConfig{})
+	start := time.Now()
+	if step, err := sendRaw(addr, nil, "ada@example.com"); err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("answered after %s, within the latency", d)
+	}
+	if n := len(s.Deliveries()); n != 1 {
+		t.Fatalf("%d deliveries, want 1", n)
+	}
+
+	// A client that writes the "." and hangs up before the answer.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	for _, line := range []string{"", "HELO client\r\n", "MAIL FROM:<orders@example.com>\r\n", "RCPT TO:<bob@example.com>\r\n", "DATA\r\n"} {
+		if line != "" {
+			if _, err := conn.Write([]byte(line)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := r.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Write([]byte(rawMail + ".\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close()
+	time.Sleep(600 * time.Millisecond)
+	if n := len(s.Deliveries()); n != 1 {
+		t.Errorf("%d deliveries after a client hung up during the latency, want still 1", n)
 	}
 }
