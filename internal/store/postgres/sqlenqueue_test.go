@@ -235,7 +235,8 @@ func TestSQLEnqueueRefusesBadInputAsTheCLIDoes(t *testing.T) {
 		{"no address", "to", []any{"key", "k", "to_addr", "", "text", "hi"}},
 		{"a number too short", "to", []any{"key", "k", "to_addr", "+1555", "text", "hi"}},
 		{"a local number without a region", "to", []any{"key", "k", "to_addr", "555 123 4567", "text", "hi"}},
-		{"a number with letters", "to", []any{"key", "k", "to_addr", "+1 800 FLOWERS", "text", "hi"}},
+		{"a number with two letters too few for a vanity number", "to", []any{"key", "k", "to_addr", "+1 80 FL", "text", "hi"}},
+		{"a number in another script's digits (read by msgq send only)", "to", []any{"key", "k", "to_addr", "+1 555 123 \u0664\u0665\u0666\u0667", "text", "hi"}},
 		{"an unknown identity", "identity", append([]any{"key", "k", "identity", "nobody"}, ok...)},
 		{"a channel the identity does not send on", "channel", append([]any{"key", "k", "channel", "email"}, ok...)},
 		{"an unknown channel", "channel", append([]any{"key", "k", "channel", "pigeon"}, ok...)},
@@ -270,6 +271,14 @@ func TestSQLEnqueueRefusesBadInputAsTheCLIDoes(t *testing.T) {
 	}
 	// And the good ones around them: a local number with its region, an
 	// email with text and subject, an exact delay.
+	// A vanity number with an extension, read as msgq send reads it.
+	vanity, err := app.enqueue(ctx, app.conn, "key", "vanity", "to_addr", "+1 800 FLOWERS ext. 89", "text", "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := h.MessageGet(ctx, "", vanity); err != nil || m.To != "+18003569377" {
+		t.Fatalf("vanity number: %+v, %v; want +18003569377", m, err)
+	}
 	id, err := app.enqueue(ctx, app.conn, "key", "local", "to_addr", "(555) 123-4567", "region", "us", "text", "hi", "not_before_in", 48*time.Hour)
 	if err != nil {
 		t.Fatal(err)
