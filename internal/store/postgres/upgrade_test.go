@@ -119,9 +119,9 @@ func TestANewSchemaIsNeverRenumbered(t *testing.T) {
 	want := versions(t, h)
 	// Undo 0011 and what came after it (up to 0018), as a schema made before 0011 was
 	// written would be.
-	for _, q := range []string{"DROP FUNCTION phone_normalize, phone_viable, phone_extension_re", "DELETE FROM schema_migrations WHERE version = 18",
+	for _, q := range []string{"DROP FUNCTION phone_normalize, phone_viable, phone_extension_re, sms_segments", "ALTER TABLE sql_identities DROP COLUMN max_segments", "DELETE FROM schema_migrations WHERE version = 18",
 		"DROP FUNCTION enqueue, normalize_phone, normalize_email, phone_extract_calling_code, " +
-		"phone_strip_national_prefix, phone_length, go_json_array, go_json, new_ulid, mq_invalid",
+			"phone_strip_national_prefix, phone_length, go_json_array, go_json, new_ulid, mq_invalid",
 		"DROP TABLE sql_identities, phone_metadata_version, phone_metadata", "DELETE FROM schema_migrations WHERE version = 17",
 		"DROP FUNCTION history_events CASCADE", "DROP FUNCTION challenge_events CASCADE",
 		"DROP TABLE events", "DROP TABLE endpoints", "DELETE FROM schema_migrations WHERE version = 16",
