@@ -8,6 +8,10 @@
 -- and RFC 3966 phone-context URIs, are refused: the documented narrowing).
 --
 -- SMS max_segments: see sms_segments below.
+--
+-- A replay of a row refused for an opt-out before any call revives it
+-- once the recipient is no longer opted out, as msgq send does (enqueue
+-- below).
 
 -- phone_extension_re is the library's EXTN_PATTERNS_FOR_PARSING, its
 -- ASCII alternatives (matched case-insensitively, anchored at the end).
@@ -282,7 +286,8 @@ END $$;
 
 -- enqueue is msgq send in the caller's transaction (docs/sql-enqueue.md):
 -- it returns the message id, the existing one for a replay (same tenant
--- and key, same content: nothing written but the replay counter); the same
+-- and key, same content: nothing written but the replay counter, or the
+-- row revived if it was refused for an opt-out that has lifted); the same
 -- key with other content raises MQ409 with the existing id as DETAIL; bad
 -- input raises MQ422 naming the field, nothing written.
 CREATE OR REPLACE FUNCTION enqueue(
@@ -335,6 +340,7 @@ DECLARE
     v_min   bigint;
     v_maxseg integer;
     seg     record;
+    v_rev   record;
 BEGIN
     -- The CLI's order (internal/cli/spec.go, then store.EnqueueParams.Validate).
     IF v_key = '' THEN
@@ -488,7 +494,8 @@ BEGIN
         RETURN v_new;
     END IF;
 
-    SELECT m.id, m.body_hash INTO v_old FROM messages m WHERE m.tenant = v_ten AND m.key = v_key;
+    SELECT m.id, m.body_hash, m.state, m.reason, m.attempts, m.maybe_sent, m.provider_id, m.payload IS NOT NULL AS has_payload
+        INTO v_old FROM messages m WHERE m.tenant = v_ten AND m.key = v_key;
     IF NOT FOUND THEN
         -- The index refused the key, yet its row is not visible to this
         -- snapshot (a REPEATABLE READ transaction): retry the transaction.
@@ -499,6 +506,33 @@ BEGIN
             MESSAGE = format('msgq: key %s of tenant %s is taken by message %s with other content', v_key, v_ten, v_old.id),
             DETAIL = v_old.id,
             HINT = 'the existing message''s id is this error''s DETAIL; nothing was written';
+    END IF;
+    -- A row refused for a policy reason before any call keeps no claim on
+    -- its key (internal/store/rules/revive.go): once the condition has
+    -- lifted (the recipient no longer opted out of the row's identity) and
+    -- no provider call was recorded, this send revives it through the
+    -- machine's revive event, scheduled as this send says, instead of
+    -- replaying the refusal. The row is locked and read again first, as
+    -- the Go store does (another sender may have revived it since).
+    IF v_old.state = 'failed' AND v_old.reason = 'opted_out' AND v_old.attempts = 0 AND NOT v_old.maybe_sent
+        AND v_old.provider_id = '' AND v_old.has_payload THEN
+        SELECT m.id, m.identity, m.recipient,
+            (m.state = 'failed' AND m.reason = 'opted_out' AND m.attempts = 0 AND NOT m.maybe_sent AND m.provider_id = ''
+                AND m.payload IS NOT NULL) AS candidate,
+            EXISTS (SELECT 1 FROM opt_outs o WHERE o.identity = m.identity AND o.recipient = m.recipient AND o.opted_out) AS holds,
+            EXISTS (SELECT 1 FROM attempts a WHERE a.message_id = m.id) AS called
+            INTO v_rev FROM messages m WHERE m.id = v_old.id FOR UPDATE OF m;
+        IF v_rev.candidate AND NOT v_rev.holds AND NOT v_rev.called THEN
+            UPDATE messages SET state = 'queued', reason = '', next_attempt_at = v_next, expires_at = v_exp, last_error = '',
+                updated_at = now_
+            WHERE id = v_rev.id AND state = 'failed' AND reason = 'opted_out' AND attempts = 0;
+            INSERT INTO history (message_id, seq, from_state, to_state, reason, event, applied, source, detail, at)
+            SELECT v_rev.id, coalesce(max(seq), 0) + 1, 'failed', 'queued', '', 'revive(opted_out)', true, 'send',
+                'enqueued again after a policy refusal that sent nothing: the recipient is no longer opted out of ' || v_rev.identity, now_
+            FROM history WHERE message_id = v_rev.id;
+            PERFORM pg_notify('msgq_enqueued', current_schema());
+            RETURN v_rev.id;
+        END IF;
     END IF;
     -- A replay: what the Go store counts (rules.RefusedCounts).
     v_min := floor(extract(epoch FROM now_) / 60)::bigint * 60;
