@@ -74,7 +74,8 @@ func sqlIdentities(cfg *config) []store.SQLIdentity {
 	out := make([]store.SQLIdentity, 0, len(cfg.Identities))
 	for _, name := range slices.Sorted(maps.Keys(cfg.Identities)) {
 		id := cfg.Identities[name]
-		out = append(out, store.SQLIdentity{Name: name, Channels: id.Channels, Default: name == cfg.DefaultIdentity})
+		out = append(out, store.SQLIdentity{Name: name, Channels: id.Channels, Default: name == cfg.DefaultIdentity,
+			MaxSegments: id.Config.MaxSegments})
 	}
 	return out
 }

@@ -40,7 +40,7 @@ func TestSQLEnqueueFromPsqlAndPython(t *testing.T) {
 	base := postgresURL(t)
 	storeURL, schema := pgStore(t, "msgq_sql")
 	cfg := filepath.Join(dir, "msgq.yaml")
-	writeFile(t, cfg, "default_identity: shop\nidentities:\n  shop: {provider: sim}\n")
+	writeFile(t, cfg, "default_identity: shop\nidentities:\n  shop: {provider: sim}\n  texts: {provider: sim, channel: sms, max_segments: 1}\n")
 	e := &opEnv{msgqEnv: &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + storeURL}}}
 	e.run("migrate")
 	st, err := postgres.Open(ctx, base, postgres.Options{Schema: schema})
@@ -96,6 +96,11 @@ ROLLBACK;
 	_, errs, code = psql(`SELECT ` + q + `.enqueue(key => 'psql-bad', to_addr => '+1555', text => 'hi');`)
 	if code != 3 || !strings.Contains(errs, "ERROR:  MQ422: msgq: to invalid phone number \"+1555\"") {
 		t.Fatalf("psql bad number: exit %d, stderr %q; want SQLSTATE MQ422 naming to", code, errs)
+	}
+	// msgq migrate recorded texts' max_segments: a second segment is refused.
+	_, errs, code = psql(`SELECT ` + q + `.enqueue(key => 'psql-long', identity => 'texts', to_addr => '+15551234567', text => repeat('a', 161));`)
+	if code != 3 || !strings.Contains(errs, "ERROR:  MQ422: msgq: text is 2 SMS segments (GSM-7, 161 characters); identity texts allows at most 1 (max_segments)") {
+		t.Fatalf("psql text over max_segments: exit %d, stderr %q; want SQLSTATE MQ422 naming text", code, errs)
 	}
 
 	// Python.

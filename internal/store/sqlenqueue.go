@@ -12,6 +12,10 @@ type SQLIdentity struct {
 	Channels []string
 	// Default says it is the config's default_identity.
 	Default bool
+	// MaxSegments is its max_segments: enqueue() refuses an SMS text
+	// of more segments (internal/sms counts them), as msgq send does.
+	// 0: no limit.
+	MaxSegments int
 }
 
 // SQLEnqueuer is a store with an enqueue() function for applications to
@@ -21,6 +25,6 @@ type SQLEnqueuer interface {
 	// or updates their channels; identities recorded before and missing
 	// from ids stay (another host's config may define them). A Default
 	// among ids replaces the recorded default. Errors: *InvalidError for
-	// an identity without a name or channels.
+	// an identity without a name or channels, or a negative MaxSegments.
 	SQLIdentitiesRecord(ctx context.Context, ids []SQLIdentity) error
 }

@@ -235,7 +235,8 @@ func TestSQLEnqueueRefusesBadInputAsTheCLIDoes(t *testing.T) {
 		{"no address", "to", []any{"key", "k", "to_addr", "", "text", "hi"}},
 		{"a number too short", "to", []any{"key", "k", "to_addr", "+1555", "text", "hi"}},
 		{"a local number without a region", "to", []any{"key", "k", "to_addr", "555 123 4567", "text", "hi"}},
-		{"a number with letters", "to", []any{"key", "k", "to_addr", "+1 800 FLOWERS", "text", "hi"}},
+		{"a number with two letters too few for a vanity number", "to", []any{"key", "k", "to_addr", "+1 80 FL", "text", "hi"}},
+		{"a number in another script's digits (read by msgq send only)", "to", []any{"key", "k", "to_addr", "+1 555 123 \u0664\u0665\u0666\u0667", "text", "hi"}},
 		{"an unknown identity", "identity", append([]any{"key", "k", "identity", "nobody"}, ok...)},
 		{"a channel the identity does not send on", "channel", append([]any{"key", "k", "channel", "email"}, ok...)},
 		{"an unknown channel", "channel", append([]any{"key", "k", "channel", "pigeon"}, ok...)},
@@ -270,6 +271,14 @@ func TestSQLEnqueueRefusesBadInputAsTheCLIDoes(t *testing.T) {
 	}
 	// And the good ones around them: a local number with its region, an
 	// email with text and subject, an exact delay.
+	// A vanity number with an extension, read as msgq send reads it.
+	vanity, err := app.enqueue(ctx, app.conn, "key", "vanity", "to_addr", "+1 800 FLOWERS ext. 89", "text", "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := h.MessageGet(ctx, "", vanity); err != nil || m.To != "+18003569377" {
+		t.Fatalf("vanity number: %+v, %v; want +18003569377", m, err)
+	}
 	id, err := app.enqueue(ctx, app.conn, "key", "local", "to_addr", "(555) 123-4567", "region", "us", "text", "hi", "not_before_in", 48*time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -438,5 +447,105 @@ func waitLockWait(t *testing.T, conn *pgx.Conn, pid uint32) {
 			t.Fatal("the second enqueue never waited for the first")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSQLEnqueueRevivesAnOptOutRefusal: as msgq send, a replay through
+// enqueue() of a row the drain refused for an opt-out before any call
+// replays the refusal while the recipient is opted out, and revives the
+// row (queued again, scheduled as this send says, a revive history row,
+// the drains woken) once they are not; a replay after that is a replay
+// of the revived row. A row that made a call is never revived.
+func TestSQLEnqueueRevivesAnOptOutRefusal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h, app := newSQLApp(t)
+	const who = "+15551234567"
+	optOut := func(out bool) {
+		t.Helper()
+		if _, err := h.SetOptOut(ctx, store.OptOutParams{Identity: "sim", Recipient: who, OptedOut: out, Source: "operator"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// refuse claims the row and fails it as the drain does for an
+	// opt-out: opted_out, the attempt given back (call false), or after
+	// a call that failed (call true).
+	refuse := func(id string, call bool) {
+		t.Helper()
+		cs, err := h.MessageClaim(ctx, &store.ClaimParams{Owner: "drain-1", LeaseFor: time.Minute, Limit: 1})
+		if err != nil || len(cs) != 1 || cs[0].ID != id {
+			t.Fatalf("claimed %+v, %v; want %s", cs, err, id)
+		}
+		if _, err := h.MessageTransition(ctx, &store.TransitionParams{ID: id, From: state.Sending, LeaseOwner: "drain-1",
+			Event: state.Event{Kind: state.Fail, Reason: state.OptedOut}, NoCall: !call, Source: store.SourceDrain,
+			Detail: "refused", LastError: "the recipient opted out"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	optOut(true)
+	args := []any{"key", "rev-1", "to_addr", who, "text", "hi"}
+	id, err := app.enqueue(ctx, app.conn, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuse(id, false)
+	again, err := app.enqueue(ctx, app.conn, args...)
+	if m, _ := h.MessageGet(ctx, "", id); err != nil || again != id || m.State != state.Failed {
+		t.Fatalf("while opted out: %q, %v, row %+v; want a replay of the refusal", again, err, m)
+	}
+
+	optOut(false)
+	wake, err := h.Enqueued(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	rev, err := app.enqueue(ctx, app.conn, append(args, "not_before_in", 5*time.Minute, "expires_in", time.Hour)...)
+	if err != nil || rev != id {
+		t.Fatalf("after the opt-in: %q, %v; want %s revived", rev, err, id)
+	}
+	m, err := h.MessageGet(ctx, "", id)
+	if err != nil || m.State != state.Queued || m.Reason != state.NoReason || m.LastError != "" || m.Attempts != 0 ||
+		m.NextAttemptAt.Before(before.Add(5*time.Minute-time.Second)) || m.ExpiresAt == nil || m.ExpiresAt.Before(before.Add(time.Hour-time.Second)) {
+		t.Fatalf("revived row %+v, %v; want queued, due in 5m, expiring in 1h", m, err)
+	}
+	hist, err := h.MessageHistory(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := hist[len(hist)-1]
+	if len(hist) != 4 || last.From != state.Failed || last.To != state.Queued || last.Event != "revive(opted_out)" ||
+		!last.Applied || last.Source != store.SourceSend || !strings.Contains(last.Detail, "no longer opted out of sim") {
+		t.Fatalf("history %+v, want a revive entry last", hist)
+	}
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the revival did not wake the drains")
+	}
+	if again, err := app.enqueue(ctx, app.conn, args...); err != nil || again != id {
+		t.Fatalf("a replay of the revived row: %q, %v", again, err)
+	}
+	if hist, _ := h.MessageHistory(ctx, id); len(hist) != 4 {
+		t.Fatalf("the replay of the revived row wrote history: %+v", hist)
+	}
+	if n := count(t, h, "messages"); n != 1 {
+		t.Fatalf("%d rows, want the one revived", n)
+	}
+
+	// A refusal after a provider call is a replay, opted in or not.
+	called, err := app.enqueue(ctx, app.conn, "key", "rev-2", "to_addr", "+15551234599", "text", "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(ctx, "UPDATE messages SET next_attempt_at = now() - interval '1 hour' WHERE id = $1", called); err != nil {
+		t.Fatal(err)
+	}
+	refuse(called, true)
+	if again, err := app.enqueue(ctx, app.conn, "key", "rev-2", "to_addr", "+15551234599", "text", "hi"); err != nil || again != called {
+		t.Fatalf("replay of a refusal after a call: %q, %v", again, err)
+	}
+	if m, _ := h.MessageGet(ctx, "", called); m.State != state.Failed {
+		t.Fatalf("a refusal after a call was revived: %+v", m)
 	}
 }
