@@ -79,3 +79,70 @@ func TestATwilioDeliveryKeepsTheURLAndTimeItWasReceivedAt(t *testing.T) {
 		t.Errorf("opted out: %v, %v; want the STOP recorded", out, err)
 	}
 }
+
+// TestATwilioCallbackOfASuspendedAccountPausesTheIdentity: a failure
+// callback whose code is the account's (30002) pauses the identity whose
+// route received it, once: the same callback delivered again is a
+// duplicate and does not pause an identity an operator has resumed.
+func TestATwilioCallbackOfASuspendedAccountPausesTheIdentity(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "msgq.db"), sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rcv := webhook.NewReceiver(webhook.Config{Store: st,
+		Routes: []webhook.Route{{Identity: "sms-us", Kind: &twilio.Kind, Verifier: &twilio.Verifier{AuthToken: "tok"}}}})
+	srv := httptest.NewServer(rcv.Handler())
+	defer func() { srv.Close(); rcv.Close() }()
+
+	path := "/webhooks/twilio/sms-us?msgq_id=01MSGQROW"
+	f := url.Values{"MessageSid": {"SM" + strings.Repeat("b", 32)}, "MessageStatus": {"undelivered"}, "ErrorCode": {"30002"},
+		"ErrorMessage": {"Account suspended"}, "From": {"+15005550006"}, "To": {"+15551234567"}}
+	post := func() {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(f.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set(twilio.SignatureHeader, twilio.Signature(srv.URL+path, f, "tok"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("callback answered %d, want 200", resp.StatusCode)
+		}
+	}
+	paused := func() store.IdentityState {
+		t.Helper()
+		ids, err := st.IdentityStates(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if id.Name == "sms-us" {
+				return id
+			}
+		}
+		return store.IdentityState{}
+	}
+	p := &webhook.Processor{Store: st}
+
+	post()
+	if _, err := p.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if id := paused(); !id.Paused || !strings.Contains(id.Reason, "30002") {
+		t.Fatalf("after a 30002 callback: %+v, want sms-us paused naming the code", id)
+	}
+	if err := st.IdentityResume(ctx, "sms-us"); err != nil {
+		t.Fatal(err)
+	}
+	post()
+	if _, err := p.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if id := paused(); id.Paused {
+		t.Errorf("the same callback again paused the resumed identity again: %+v", id)
+	}
+}

@@ -21,6 +21,9 @@ var Kind = provider.Kind{
 	Idempotent: false,
 	Decode:     decode,
 	OptedOutOn: OptedOut,
+	// A failure callback whose code is the identity's carries a notice
+	// (identityNotice) that pauses it.
+	PausesOn: pausesOn,
 	Webhook: &provider.Webhook{
 		Name:      ProviderName,
 		SecretKey: "auth_token_env",

@@ -1,12 +1,15 @@
 package twilio
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/msgq/msgq/internal/retry"
+	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/webhook/payload"
 )
@@ -107,7 +110,35 @@ func ParseStatusCallback(callbackURL string, form url.Values, receivedAt time.Ti
 		return b, nil
 	}
 	b.Statuses = append(b.Statuses, payload.Status{StatusEvidence: ev})
+	if n, ok := identityNotice(ev, status); ok {
+		b.Notices = append(b.Notices, payload.Note{Notice: n})
+	}
 	return b, nil
+}
+
+// identityNotice is the notice a failure callback also is when its code is
+// the account's or the sender's (30002 account suspended, 30032 toll-free
+// number not verified, ...: the identity rows of codes.go): every later
+// send of the identity would fail the same way, so it pauses the identity
+// (Kind.PausesOn), as a send answered with that code does. The message's
+// own failure is the status beside it.
+func identityNotice(ev store.StatusEvidence, status string) (store.Notice, bool) {
+	if ev.Status != state.Failed || !pausesOn(ev.ErrorCode) {
+		return store.Notice{}, false
+	}
+	detail, _ := json.Marshal(map[string]string{"MessageSid": ev.ProviderID, "MessageStatus": status,
+		"ErrorCode": ev.ErrorCode, "ErrorMessage": ev.Error})
+	return store.Notice{
+		Provider: ProviderName, Kind: store.NoticeError, Field: "status_callback",
+		Code: ev.ErrorCode, Subject: ev.ProviderID, Value: status, Detail: string(detail),
+		DedupeKey: "error|" + ev.ProviderID + "|" + ev.ErrorCode, At: ev.At, ReceivedAt: ev.At,
+	}, true
+}
+
+// pausesOn says an error code is the identity's in codes.go's table.
+func pausesOn(code string) bool {
+	class, _, known := CodeClass(code)
+	return known && class == retry.Identity
 }
 
 // ParseInbound reads an inbound message. From must be E.164 (an SMS

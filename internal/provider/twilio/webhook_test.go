@@ -9,6 +9,7 @@ import (
 
 	"github.com/msgq/msgq/internal/provider/twilio"
 	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/webhook/payload"
 )
 
@@ -61,6 +62,33 @@ func TestParseStatusCallback(t *testing.T) {
 				t.Errorf("status %+v", s.StatusEvidence)
 			}
 		})
+	}
+}
+
+// A failure whose code is the identity's (30002: the account suspended)
+// is also a notice, which pauses the identity; a failure of the message
+// alone (30003) is only its status.
+func TestAFailureOfTheAccountIsAlsoANoticeThatPauses(t *testing.T) {
+	b, err := twilio.ParseStatusCallback(cbURL, statusForm("undelivered", "30002"), received)
+	if err != nil || len(b.Statuses) != 1 || len(b.Notices) != 1 {
+		t.Fatalf("30002: batch %+v, err %v; want its status and a notice", b, err)
+	}
+	n := b.Notices[0].Notice
+	if n.Kind != store.NoticeError || n.Code != "30002" || n.Value != "undelivered" || n.Provider != twilio.ProviderName ||
+		n.DedupeKey == "" || n.DedupeKey == b.Statuses[0].DedupeKey || !n.At.Equal(received) || strings.Contains(n.Detail, recipient) {
+		t.Errorf("30002 notice %+v", n)
+	}
+	if !twilio.Kind.PausesOn("30002") {
+		t.Error("Kind.PausesOn(30002) = false, want true: the notice would not pause the identity")
+	}
+	for _, tc := range []struct{ status, code string }{{"undelivered", "30003"}, {"failed", "30007"}, {"failed", "21610"}, {"delivered", ""}, {"failed", ""}} {
+		b, err := twilio.ParseStatusCallback(cbURL, statusForm(tc.status, tc.code), received)
+		if err != nil || len(b.Statuses) != 1 || len(b.Notices) != 0 {
+			t.Errorf("%s %q: batch %+v, err %v; want the status alone", tc.status, tc.code, b, err)
+		}
+		if tc.code != "" && twilio.Kind.PausesOn(tc.code) {
+			t.Errorf("Kind.PausesOn(%s) = true, want false", tc.code)
+		}
 	}
 }
 
