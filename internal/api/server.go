@@ -15,16 +15,15 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/msgq/msgq/internal/groupcommit"
 	"github.com/msgq/msgq/internal/store"
 )
 
 // Server is the API's HTTP handler. Create it with New, serve Handler(),
 // and Close it after the HTTP server has shut down.
 type Server struct {
-	cfg  Config
-	in   chan *pending
-	done chan struct{}
-	stop context.CancelFunc
+	cfg    Config
+	commit *groupcommit.Committer[store.EnqueueParams, store.EnqueueResult]
 
 	mu       sync.Mutex
 	keys     map[string]cachedKey // by token hash
@@ -35,17 +34,6 @@ type Server struct {
 type cachedKey struct {
 	key   *store.APIKey
 	until time.Time
-}
-
-// pending is one single send waiting for the group commit.
-type pending struct {
-	p   store.EnqueueParams
-	res chan commitResult
-}
-
-type commitResult struct {
-	r   store.EnqueueResult
-	err error // the whole transaction's
 }
 
 // New starts the server's committer.
@@ -74,18 +62,17 @@ func New(cfg Config) *Server {
 	if cfg.ConnectionLost == nil {
 		cfg.ConnectionLost = func(error) bool { return false }
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{cfg: cfg, in: make(chan *pending, cfg.MaxCommit), done: make(chan struct{}), stop: cancel,
-		keys: map[string]cachedKey{}, limiters: map[string]*rate.Limiter{}}
-	go s.commitLoop(ctx)
+	s := &Server{cfg: cfg, keys: map[string]cachedKey{}, limiters: map[string]*rate.Limiter{}}
+	// Concurrent single sends go into one MessageEnqueueMany, so one fsync
+	// acknowledges many requests (internal/groupcommit).
+	s.commit = groupcommit.Start(cfg.MaxCommit, 30*time.Second, cfg.Store.MessageEnqueueMany)
 	return s
 }
 
 // Close stops the committer. Call it after the HTTP server has shut down,
 // so that every request still in a handler has had its answer.
 func (s *Server) Close() {
-	s.stop()
-	<-s.done
+	s.commit.Close()
 	s.bg.Wait()
 }
 
@@ -357,33 +344,14 @@ func (s *Server) send(ctx context.Context, it Item) (sent, error) {
 		m := res.Challenge.Steps[0].Message
 		return sent{out: &SendResult{Message: &m, AttemptCount: m.Attempts, Replayed: res.Replayed, Challenge: res.Challenge, Superseded: res.Superseded}}, nil
 	}
-	p := &pending{p: *it.Single, res: make(chan commitResult, 1)}
-	select {
-	case s.in <- p:
-	case <-ctx.Done():
-		return sent{}, ctx.Err()
-	case <-s.done:
-		return sent{}, errClosed
-	}
 	// Once handed over, the write happens whether or not the client waits;
 	// the answer waits for it, so a 202 is only sent for a durable row.
-	var cr commitResult
-	select {
-	case cr = <-p.res:
-	case <-s.done:
-		select {
-		case cr = <-p.res:
-		default:
-			return sent{}, errClosed
-		}
+	r, err := s.commit.Do(ctx, *it.Single)
+	if err != nil {
+		return sent{}, err
 	}
-	if cr.err != nil {
-		return sent{}, cr.err
-	}
-	return result(cr.r), nil
+	return result(r), nil
 }
-
-var errClosed = errors.New("api: server closed")
 
 // result is the answer for one item of an enqueue.
 func result(r store.EnqueueResult) sent {
@@ -407,56 +375,6 @@ func itemError(err error) *Error {
 		return &Error{Status: http.StatusUnprocessableEntity, Code: CodeInvalid, Field: ie.Field, Message: err.Error()}
 	}
 	return nil
-}
-
-// commitLoop is the group commit: every single send waiting when a write
-// starts goes into one MessageEnqueueMany, so one fsync acknowledges many
-// requests. Under load the transactions grow by themselves; alone, a send
-// is written at once.
-func (s *Server) commitLoop(ctx context.Context) {
-	defer close(s.done)
-	batch := make([]*pending, 0, s.cfg.MaxCommit)
-	ps := make([]store.EnqueueParams, 0, s.cfg.MaxCommit)
-	for {
-		batch, ps = batch[:0], ps[:0]
-		select {
-		case <-ctx.Done():
-			// Handlers still waiting (a shutdown whose grace ran out)
-			// handed their sends over: write them and answer.
-			select {
-			case p := <-s.in:
-				batch = append(batch, p)
-			default:
-				return
-			}
-		case p := <-s.in:
-			batch = append(batch, p)
-		}
-	more:
-		for len(batch) < s.cfg.MaxCommit {
-			select {
-			case p := <-s.in:
-				batch = append(batch, p)
-			default:
-				break more
-			}
-		}
-		for _, p := range batch {
-			ps = append(ps, p.p)
-		}
-		// Not a request's context: a client that hangs up must not abort
-		// a write that carries other clients' sends.
-		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		res, err := s.cfg.Store.MessageEnqueueMany(wctx, ps)
-		cancel()
-		for i, p := range batch {
-			if err != nil {
-				p.res <- commitResult{err: err}
-				continue
-			}
-			p.res <- commitResult{r: res[i]}
-		}
-	}
 }
 
 func (s *Server) getByID(w http.ResponseWriter, r *http.Request, k *store.APIKey) {

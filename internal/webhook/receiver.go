@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/msgq/msgq/internal/groupcommit"
 	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/provider/kinds"
 	"github.com/msgq/msgq/internal/store"
@@ -86,15 +87,7 @@ type Receiver struct {
 	// busy counts 503s since busyLogged (unix nanoseconds) last logged.
 	busy       atomic.Int64
 	busyLogged atomic.Int64
-	in         chan *delivery
-	done       chan struct{}
-	stop       context.CancelFunc
-}
-
-// delivery is one verified body waiting for the group commit.
-type delivery struct {
-	ev  store.WebhookEvent
-	res chan error
+	commit     *groupcommit.Committer[store.WebhookEvent, struct{}]
 }
 
 // NewReceiver starts the receiver's committer.
@@ -117,17 +110,17 @@ func NewReceiver(cfg Config) *Receiver {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &Receiver{cfg: cfg, budget: newBudget(cfg.MaxPending), in: make(chan *delivery, cfg.MaxBatch), done: make(chan struct{}), stop: cancel}
-	go r.commitLoop(ctx)
+	r := &Receiver{cfg: cfg, budget: newBudget(cfg.MaxPending)}
+	// Every delivery waiting when a write starts goes into it, so one
+	// fsync acknowledges many webhooks (internal/groupcommit).
+	r.commit = groupcommit.Start(cfg.MaxBatch, 30*time.Second, r.write)
 	return r
 }
 
 // Close stops the committer. Call it after the server has shut down, so
 // that every request still in a handler has had its answer.
 func (r *Receiver) Close() {
-	r.stop()
-	<-r.done
+	r.commit.Close()
 }
 
 // Handler serves the endpoints: for each webhook format the routes speak,
@@ -176,83 +169,28 @@ func (r *Receiver) Handler() http.Handler {
 	return mux
 }
 
-// commitLoop is the group commit: every delivery waiting when a write
-// starts goes into it, so one fsync acknowledges many webhooks. Under load
-// batches grow by themselves; alone, a delivery is written at once.
-func (r *Receiver) commitLoop(ctx context.Context) {
-	defer close(r.done)
-	batch := make([]*delivery, 0, r.cfg.MaxBatch)
-	evs := make([]store.WebhookEvent, 0, r.cfg.MaxBatch)
-	for {
-		batch, evs = batch[:0], evs[:0]
-		select {
-		case <-ctx.Done():
-			// Handlers still waiting (a shutdown whose grace ran out) were
-			// handed over verified deliveries: write them and answer,
-			// rather than leave them waiting for ever.
-			select {
-			case d := <-r.in:
-				batch = append(batch, d)
-			default:
-				return
-			}
-		case d := <-r.in:
-			batch = append(batch, d)
-		}
-	more:
-		for len(batch) < r.cfg.MaxBatch {
-			select {
-			case d := <-r.in:
-				batch = append(batch, d)
-			default:
-				break more
-			}
-		}
-		for _, d := range batch {
-			evs = append(evs, d.ev)
-		}
-		// Not the request's context: a provider that hangs up must not
-		// abort a write that carries other providers' deliveries.
-		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := r.cfg.Store.WebhookStore(wctx, evs)
-		cancel()
-		if err != nil {
-			r.cfg.Log.Error("webhook: storing deliveries failed; answering 500 so the provider retries", "n", len(batch), "err", err)
-		}
-		for _, d := range batch {
-			d.res <- err
-		}
-		if err == nil && r.cfg.Stored != nil {
-			r.cfg.Stored()
-		}
+// write stores one batch of verified deliveries in one transaction.
+func (r *Receiver) write(ctx context.Context, evs []store.WebhookEvent) ([]struct{}, error) {
+	if err := r.cfg.Store.WebhookStore(ctx, evs); err != nil {
+		r.cfg.Log.Error("webhook: storing deliveries failed; answering 500 so the provider retries", "n", len(evs), "err", err)
+		return nil, err
 	}
+	if r.cfg.Stored != nil {
+		r.cfg.Stored()
+	}
+	return make([]struct{}, len(evs)), nil
 }
 
 // store hands one delivery to the committer and waits until it is durable.
+// Once handed over, it waits for the write even if the provider hangs up:
+// the answer is what the provider acts on, but the write happens either
+// way.
 func (r *Receiver) store(req *http.Request, ev store.WebhookEvent) error {
-	d := &delivery{ev: ev, res: make(chan error, 1)}
-	select {
-	case r.in <- d:
-	case <-req.Context().Done():
-		return req.Context().Err()
-	case <-r.done:
+	_, err := r.commit.Do(req.Context(), ev)
+	if errors.Is(err, groupcommit.ErrClosed) {
 		return errClosed
 	}
-	// Once handed over, wait for the write even if the provider hangs up:
-	// the answer is what the provider acts on, but the write happens
-	// either way. A committer that has stopped may have written it last
-	// thing, or not at all.
-	select {
-	case err := <-d.res:
-		return err
-	case <-r.done:
-		select {
-		case err := <-d.res:
-			return err
-		default:
-			return errClosed
-		}
-	}
+	return err
 }
 
 // errClosed answers a delivery that came in after the receiver closed: the
