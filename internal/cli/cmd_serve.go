@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -166,8 +165,6 @@ func runServe(ctx context.Context, a *app, st store.Store, tlsCfg *tls.Config, o
 		MaxHeaderBytes:    64 << 10,
 	}
 	srv.ConnState = keepAliveGovernor(srv, o.maxConns)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	dispatched := make(chan struct{})
 	if o.events {
 		go func() { defer close(dispatched); dispatchEvents(ctx, a, st) }()
@@ -176,29 +173,17 @@ func runServe(ctx context.Context, a *app, st store.Store, tlsCfg *tls.Config, o
 	}
 	fmt.Fprintf(a.ios.Err, "serve: listening on %s://%s\n", scheme, ln.Addr())
 
-	var serveErr error
-	select {
-	case serveErr = <-served:
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.grace)
-	defer cancel()
-	// Shutdown waits for handlers, each of which waits for its send's
-	// write: every 202 sent was durable; a request cut off got no answer,
-	// and its client retries with its key.
-	if err := srv.Shutdown(sctx); err != nil {
-		a.log.Warn("serve: requests still in progress after --grace were cut off; their clients retry with their keys", "err", err)
-		srv.Close()
-	}
+	// Each handler waits for its send's write: every 202 sent was durable;
+	// a request cut off got no answer, and its client retries with its key.
+	serveErr := serveUntilDone(ctx, a, srv, ln, o.grace,
+		"serve: requests still in progress after --grace were cut off; their clients retry with their keys")
 	srvAPI.Close()
 	// The dispatcher saw ctx end too (or serve failed, and ctx ends with
 	// the process): its deliveries in flight finish and are recorded.
-	if serveErr == nil {
-		<-dispatched
-	}
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+	if serveErr != nil {
 		return serveErr
 	}
+	<-dispatched
 	fmt.Fprintln(a.ios.Err, "serve: stopped")
 	return nil
 }

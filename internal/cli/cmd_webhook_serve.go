@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -197,30 +196,17 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 		MaxHeaderBytes: 64 << 10,
 	}
 	srv.ConnState = keepAliveGovernor(srv, o.maxConns)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(a.ios.Err, "webhook: listening on http://%s\n", ln.Addr())
 
-	var serveErr error
-	select {
-	case serveErr = <-served:
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.grace)
-	defer cancel()
-	// Shutdown waits for handlers, each of which waits for its delivery's
-	// write: every 200 sent was durable, every delivery cut off got none.
-	if err := srv.Shutdown(sctx); err != nil {
-		// The grace ran out with requests still in progress: their
-		// connections are closed unanswered, so their providers retry.
-		// What was handed to the committer is still written below.
-		a.log.Warn("webhook: requests still in progress after --grace were cut off; their providers will retry", "err", err)
-		srv.Close()
-	}
+	// Each handler waits for its delivery's write: every 200 sent was
+	// durable, every delivery cut off got none and its provider retries.
+	// What was handed to the committer is still written by rcv.Close.
+	serveErr := serveUntilDone(ctx, a, srv, ln, o.grace,
+		"webhook: requests still in progress after --grace were cut off; their providers will retry")
 	rcv.Close()
 	stopWorker()
 	workers.Wait()
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+	if serveErr != nil {
 		return serveErr
 	}
 	fmt.Fprintln(a.ios.Err, "webhook: stopped")
