@@ -137,41 +137,7 @@ func TestDrainsOutliveLostDatabaseConnections(t *testing.T) {
 		t.Error("no drain met a terminated connection in a claim or an outcome write: the test proved little")
 	}
 
-	perRef, perTo, perAPI := map[string]int{}, map[string]int{}, map[string]int{}
-	for _, d := range deliveries(t, base) {
-		perRef[d.Ref]++
-		perTo[d.To]++
-		perAPI[d.API]++
-		if perRef[d.Ref] == 2 {
-			t.Errorf("message %s reached the phone twice", d.Ref)
-		}
-		if perTo[d.To] == 2 {
-			t.Errorf("%s (%s) was reached twice", d.To, d.API)
-		}
-	}
-	for _, api := range []string{"whatsapp", "twilio", "smtp"} {
-		if perAPI[api] == 0 {
-			t.Errorf("no delivery over the %s API: deliveries per API %v", api, perAPI)
-		}
-	}
-	counts := map[string]int{}
-	rows := e.rows()
-	for _, r := range rows {
-		counts[r.State]++
-		switch r.State {
-		case "sent":
-			if perRef[r.ID] != 1 {
-				t.Errorf("%s is sent but reached the phone %d times", r.Key, perRef[r.ID])
-			}
-		case "unknown", "sending":
-			// Visible to msgq stuck: a person (or reconcile) decides.
-		default:
-			t.Errorf("%s ended %s (delivered %d times)", r.Key, r.State, perRef[r.ID])
-		}
-	}
-	if len(rows) != n {
-		t.Errorf("%d rows, want %d", len(rows), n)
-	}
+	counts, perRef, perAPI := checkAtMostOnce(t, e, base, n, "whatsapp", "twilio", "smtp")
 	t.Logf("states %v; %d reached their recipient (per API %v)", counts, len(perRef), perAPI)
 }
 
