@@ -386,8 +386,11 @@ func TestSendFileLinesCarryChallengeSteps(t *testing.T) {
 	bothStores(t, func(t *testing.T, kind string) {
 		e, base := challengeEnv(t, kind)
 		file := filepath.Join(t.TempDir(), "in.jsonl")
+		// file-ch-1's deadline is far: on a loaded machine a minute can
+		// pass before a drain gets to its SMS (CI once took 122 s), and
+		// the step would rightly never go out.
 		writeFile(t, file, `{"key":"single-1","identity":"mail","to":"bob@example.com","subject":"Hi","text":"hello"}
-{"key":"file-ch-1","identity":"mail","to":"bounce+f@example.com","subject":"Your code","text":"Your code is 1","expires_in":"1m","steps":[{"identity":"sms-us","to":"+15551260001","text":"Your code is 1","after":"1s"}]}
+{"key":"file-ch-1","identity":"mail","to":"bounce+f@example.com","subject":"Your code","text":"Your code is 1","expires_in":"10m","steps":[{"identity":"sms-us","to":"+15551260001","text":"Your code is 1","after":"1s"}]}
 {"key":"file-ch-2","identity":"mail","to":"c@example.com","subject":"S","text":"t","expires_in":"1m","steps":[{"identity":"sms-us","to":"+15551260002","text":"t","after":"5m"}]}
 `)
 		stdout, stderr, code := e.try("send", "--file", file)
