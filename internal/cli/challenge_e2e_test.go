@@ -111,17 +111,18 @@ func TestAChallengeFallsBackOnlyWhenTheFirstStepWentNowhere(t *testing.T) {
 		// take every step 1 even on a loaded machine (a race-built drain
 		// on PostgreSQL under load took over 4s; a step 1 still queued at
 		// that time is canceled and its fallback released, by design),
-		// short enough to wait for.
-		sendChallenge(e, "ok-1", "ada@example.com", "+15551230001", "10s", "1m")
-		sendChallenge(e, "bounce-1", "bounce+b@example.com", "+15551230002", "10s", "1m")
-		sendChallenge(e, "drop-1", "drop+c@example.com", "+15551230003", "10s", "1m")
-		sendChallenge(e, "drop-2", "drop+d@example.com", "+15551230004", "10s", "1m", "--accept-duplicate-risk")
+		// short enough to wait for. The deadline is far past it, so that
+		// a loaded machine's slow drains still meet it.
+		sendChallenge(e, "ok-1", "ada@example.com", "+15551230001", "10s", "5m")
+		sendChallenge(e, "bounce-1", "bounce+b@example.com", "+15551230002", "10s", "5m")
+		sendChallenge(e, "drop-1", "drop+c@example.com", "+15551230003", "10s", "5m")
+		sendChallenge(e, "drop-2", "drop+d@example.com", "+15551230004", "10s", "5m", "--accept-duplicate-risk")
 		// A replay is the same challenge; other steps are a conflict (exit 3).
-		if out := sendChallenge(e, "ok-1", "ada@example.com", "+15551230001", "10s", "1m"); !strings.Contains(out, "replayed") {
+		if out := sendChallenge(e, "ok-1", "ada@example.com", "+15551230001", "10s", "5m"); !strings.Contains(out, "replayed") {
 			t.Errorf("replay: %q", out)
 		}
 		e.refused(3, `ok-1`, "send", "--key", "ok-1", "--identity", "mail", "--to", "ada@example.com", "--subject", "Your code",
-			"--text", "Your code is 999999", "--expires-in", "1m", "--then", "sms-us:+15551230001", "--then-text", "Your code is 999999", "--then-after", "10s")
+			"--text", "Your code is 999999", "--expires-in", "5m", "--then", "sms-us:+15551230001", "--then-text", "Your code is 999999", "--then-after", "10s")
 
 		e.drainUntil("the SMS fallbacks", func() bool {
 			return e.get("bounce-1/2").State == state.Sent && e.get("drop-2/2").State == state.Sent &&
@@ -350,7 +351,7 @@ func TestADrainKilledBetweenTheStepsNeverDeliversBoth(t *testing.T) {
 		e := newOpEnv(t, kind, cfg)
 		e.env = append(e.env, "MSGQ_TEST_TWILIO_SID=AC"+strings.Repeat("0a", 16), "MSGQ_TEST_TWILIO_TOKEN=test-token")
 		e.run("send", "--key", "kill-1", "--identity", "sms-us", "--to", "+15551250001", "--text", "Your code is 123456",
-			"--expires-in", "1m", "--then", "mail:ada@example.com", "--then-subject", "Your code", "--then-text", "Your code is 123456",
+			"--expires-in", "5m", "--then", "mail:ada@example.com", "--then-subject", "Your code", "--then-text", "Your code is 123456",
 			"--then-after", "1s")
 		d := e.cmd("drain")
 		if err := d.Start(); err != nil {
