@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,16 +29,6 @@ func TestMain(m *testing.M) {
 	// reported when it happens, and its exit code (66) still fails the test.
 	if !strings.Contains(os.Getenv("GORACE"), "atexit_sleep_ms") {
 		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=10"))
-	}
-	// Most of these tests wait rather than compute: for a lease and the
-	// takeover margin to pass, a frozen drain, a simulator's latency.
-	// Run four at a time, not GOMAXPROCS (two on CI's machine), so that
-	// the waits overlap. A -parallel on the command line still wins: it
-	// is parsed after this.
-	if f := flag.Lookup("test.parallel"); f != nil && f.Value.String() != "" {
-		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 4 {
-			_ = f.Value.Set("4")
-		}
 	}
 	testscript.Main(m, map[string]func(){"msgq": func() { os.Exit(cli.Main()) }})
 }
