@@ -180,7 +180,7 @@ func mboxByMessageID(t *testing.T, path string) map[string][][]byte {
 		t.Fatal(err)
 	}
 	out := map[string][][]byte{}
-	for _, m := range splitMbox(b) {
+	for _, m := range mtatest.SplitMbox(b) {
 		msg, err := mail.ReadMessage(bytes.NewReader(m))
 		if err != nil {
 			continue // not one of ours to judge
@@ -190,33 +190,6 @@ func mboxByMessageID(t *testing.T, path string) map[string][][]byte {
 			ref, _, _ := strings.Cut(rest, "@")
 			out[ref] = append(out[ref], m)
 		}
-	}
-	return out
-}
-
-// splitMbox splits an mbox file into its messages, without their "From "
-// separator lines; mboxrd quoting (">From ") inside a body is undone.
-func splitMbox(b []byte) [][]byte {
-	var out [][]byte
-	var cur *bytes.Buffer
-	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
-		if bytes.HasPrefix(line, []byte("From ")) {
-			if cur != nil {
-				out = append(out, cur.Bytes())
-			}
-			cur = new(bytes.Buffer)
-			continue
-		}
-		if cur == nil {
-			continue
-		}
-		if q := bytes.TrimLeft(line, ">"); len(q) < len(line) && bytes.HasPrefix(q, []byte("From ")) {
-			line = line[1:]
-		}
-		cur.Write(line)
-	}
-	if cur != nil {
-		out = append(out, cur.Bytes())
 	}
 	return out
 }

@@ -51,7 +51,7 @@ func TestRealMTA(t *testing.T) {
 			t.Fatal(err)
 		}
 		found = found[:0]
-		for _, one := range splitMbox(b) {
+		for _, one := range mtatest.SplitMbox(b) {
 			if bytes.Contains(one, []byte("Message-ID: "+wantID)) || bytes.Contains(one, []byte("Message-Id: "+wantID)) {
 				found = append(found, one)
 			}
@@ -84,31 +84,4 @@ func TestRealMTA(t *testing.T) {
 	if h.Get("Received") == "" {
 		t.Error("no Received header: did the mail go through the MTA?")
 	}
-}
-
-// splitMbox splits an mbox file into its messages, without their "From "
-// separator lines. mboxrd quoting (">From ") inside a body is undone.
-func splitMbox(b []byte) [][]byte {
-	var out [][]byte
-	var cur *bytes.Buffer
-	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
-		if bytes.HasPrefix(line, []byte("From ")) {
-			if cur != nil {
-				out = append(out, cur.Bytes())
-			}
-			cur = new(bytes.Buffer)
-			continue
-		}
-		if cur == nil {
-			continue
-		}
-		if q := bytes.TrimLeft(line, ">"); len(q) < len(line) && bytes.HasPrefix(q, []byte("From ")) {
-			line = line[1:]
-		}
-		cur.Write(line)
-	}
-	if cur != nil {
-		out = append(out, cur.Bytes())
-	}
-	return out
 }

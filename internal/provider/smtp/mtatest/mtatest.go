@@ -4,6 +4,7 @@
 package mtatest
 
 import (
+	"bytes"
 	"net"
 	"os"
 	"strconv"
@@ -47,4 +48,31 @@ func Get(t *testing.T) MTA {
 		t.Fatalf("MSGQ_TEST_MTA_ADDR %q: %v", addr, err)
 	}
 	return m
+}
+
+// SplitMbox splits an mbox file into its messages, without their "From "
+// separator lines; mboxrd quoting (">From ") inside a body is undone.
+func SplitMbox(b []byte) [][]byte {
+	var out [][]byte
+	var cur *bytes.Buffer
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		if bytes.HasPrefix(line, []byte("From ")) {
+			if cur != nil {
+				out = append(out, cur.Bytes())
+			}
+			cur = new(bytes.Buffer)
+			continue
+		}
+		if cur == nil {
+			continue
+		}
+		if q := bytes.TrimLeft(line, ">"); len(q) < len(line) && bytes.HasPrefix(q, []byte("From ")) {
+			line = line[1:]
+		}
+		cur.Write(line)
+	}
+	if cur != nil {
+		out = append(out, cur.Bytes())
+	}
+	return out
 }
