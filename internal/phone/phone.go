@@ -25,7 +25,11 @@ func (e *Error) Error() string { return fmt.Sprintf("invalid phone number %q: %s
 // prefix), not that it is assigned: carriers' allocations change faster
 // than any library's metadata, and the fictional 555-01xx numbers used in
 // examples must pass.
-func Normalize(raw, region string) (string, error) {
+func Normalize(raw, region string) (string, error) { return normalize(raw, region, true) }
+
+// normalize is Normalize; fast is false only in the tests that hold its
+// fast path (parsePlusDigits) to the library's answers.
+func normalize(raw, region string, fast bool) (string, error) {
 	s := strings.TrimSpace(raw)
 	if s == "" {
 		return "", &Error{raw, "empty"}
@@ -42,9 +46,16 @@ func Normalize(raw, region string) (string, error) {
 	if region == "" {
 		region = "ZZ" // unknown: the number must carry its country code
 	}
-	n, err := phonenumbers.Parse(s, region)
-	if err != nil {
-		return "", &Error{raw, strings.ToLower(strings.TrimSuffix(err.Error(), "."))}
+	var n *phonenumbers.PhoneNumber
+	ok := false
+	if fast {
+		n, ok = parsePlusDigits(s)
+	}
+	if !ok {
+		var err error
+		if n, err = phonenumbers.Parse(s, region); err != nil {
+			return "", &Error{raw, strings.ToLower(strings.TrimSuffix(err.Error(), "."))}
+		}
 	}
 	switch phonenumbers.IsPossibleNumberWithReason(n) {
 	case phonenumbers.IS_POSSIBLE:
