@@ -20,7 +20,12 @@ type handle struct {
 
 func open(t *testing.T, path string, now func() time.Time) *handle {
 	t.Helper()
-	s, err := sqlite.Open(context.Background(), path, sqlite.Options{Now: now})
+	// A minute to wait for the write lock, not the default ten seconds:
+	// the suite's concurrent-claims test has four handles of one file take
+	// turns, and on a CI host at a load average of 12 (the cli tests beside
+	// it) one of them waited past ten seconds and failed with SQLITE_BUSY.
+	// What the tests check is who gets which row, not how long a turn takes.
+	s, err := sqlite.Open(context.Background(), path, sqlite.Options{Now: now, BusyTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
