@@ -112,4 +112,6 @@ const (
 	DefaultBurst    = 2000
 	DefaultMaxItems = 1000
 	DefaultKeyCache = 5 * time.Second
+	// DefaultRetryAfter is the Retry-After of a 503: the store unreachable.
+	DefaultRetryAfter = 2 * time.Second
 )

@@ -54,7 +54,7 @@ func New(cfg Config) *Server {
 		cfg.MaxCommit = 512
 	}
 	if cfg.RetryAfter <= 0 {
-		cfg.RetryAfter = 2 * time.Second
+		cfg.RetryAfter = DefaultRetryAfter
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -250,12 +250,36 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) storeError(w http.ResponseWriter, err error) {
 	if s.cfg.ConnectionLost(err) {
 		s.cfg.Log.Warn("api: store unreachable; answering 503", "err", err)
-		w.Header().Set("Retry-After", strconv.Itoa(int((s.cfg.RetryAfter+time.Second-1)/time.Second)))
-		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeStoreUnavailable, Message: "the store is unreachable; retry with the same Idempotency-Key"})
+		writeUnavailable(w, s.cfg.RetryAfter)
 		return
 	}
 	s.cfg.Log.Error("api: store error", "err", err)
 	writeError(w, &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "the store failed; retry with the same Idempotency-Key"})
+}
+
+// writeUnavailable is the 503 of a store that cannot be reached: safe to
+// retry with the same key after Retry-After (whole seconds, rounded up).
+func writeUnavailable(w http.ResponseWriter, retryAfter time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
+	writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeStoreUnavailable, Message: "the store is unreachable; retry with the same Idempotency-Key"})
+}
+
+// Unavailable answers every request with that 503, but the OpenAPI
+// document, which needs no store: what msgq serve answers while a store
+// that was unreachable at its start has not opened yet (a load balancer
+// or client then retries, as it does after a 503 mid-run).
+func Unavailable(retryAfter time.Duration) http.Handler {
+	if retryAfter <= 0 {
+		retryAfter = DefaultRetryAfter
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == PathOpenAPI {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(OpenAPI)
+			return
+		}
+		writeUnavailable(w, retryAfter)
+	})
 }
 
 // readBody reads the body up to MaxBody, answering 413 itself.

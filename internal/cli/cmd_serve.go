@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"runtime/pprof"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -77,7 +79,10 @@ written). Concurrent sends are written together, one transaction for many.
 
 Each key may make --rate requests a second (bursts of --burst); beyond: 429
 with Retry-After. A body over --max-body is 413. While the store is unreachable
-the answer is 503 with Retry-After: retrying with the same key is safe. A key's
+the answer is 503 with Retry-After: retrying with the same key is safe. That
+holds at start too: a PostgreSQL store that cannot be reached does not stop
+serve, which listens, answers 503 and opens the store as soon as it can (any
+other store error, such as a schema to migrate, ends serve at once). A key's
 look-up is cached for --key-cache, so a revoked key is refused at most that
 long after msgq api-keys revoke. SIGINT/SIGTERM stop accepting, let requests
 in progress finish (at most --grace), and exit 0.
@@ -114,11 +119,7 @@ with a lease).
 				}
 				defer pprof.StopCPUProfile()
 			}
-			st, err := a.store(cmd.Context())
-			if err != nil {
-				return err
-			}
-			return runServe(cmd.Context(), a, st, tlsCfg, o)
+			return runServe(cmd.Context(), a, tlsCfg, o)
 		},
 	}
 	f := cmd.Flags()
@@ -138,26 +139,27 @@ with a lease).
 	return cmd
 }
 
-func runServe(ctx context.Context, a *app, st store.Store, tlsCfg *tls.Config, o *serveOptions) error {
-	srvAPI := api.New(api.Config{
-		Store: st, Parse: a.apiParser(),
-		Show:    func(ctx context.Context, st store.Store, m *store.Message) (any, error) { return showOf(ctx, st, m) },
-		MaxBody: o.maxBody, Rate: o.rate, Burst: o.burst, KeyCache: o.keyCache, MaxItems: o.maxItems,
-		Log: a.log, ConnectionLost: storeopen.ConnectionLost,
-	})
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", o.addr)
-	if err != nil {
-		srvAPI.Close()
+func runServe(ctx context.Context, a *app, tlsCfg *tls.Config, o *serveOptions) error {
+	// A store that cannot be opened for any reason but an unreachable
+	// server (a schema to migrate, a refused password, a bad URL) ends
+	// serve at once, with its exit status, before it listens.
+	st, err := a.store(ctx)
+	if err != nil && !storeopen.ConnectionLost(err) {
 		return err
+	}
+	var lc net.ListenConfig
+	ln, lerr := lc.Listen(ctx, "tcp", o.addr)
+	if lerr != nil {
+		return lerr
 	}
 	ln = netutil.LimitListener(ln, o.maxConns)
 	scheme := "http"
 	if tlsCfg != nil {
 		ln, scheme = tls.NewListener(ln, tlsCfg), "https"
 	}
+	h := &swapHandler{}
 	srv := &http.Server{
-		Handler:           srvAPI.Handler(),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       time.Minute,
 		WriteTimeout:      time.Minute,
@@ -165,11 +167,46 @@ func runServe(ctx context.Context, a *app, st store.Store, tlsCfg *tls.Config, o
 		MaxHeaderBytes:    64 << 10,
 	}
 	srv.ConnState = keepAliveGovernor(srv, o.maxConns)
-	dispatched := make(chan struct{})
-	if o.events {
-		go func() { defer close(dispatched); dispatchEvents(ctx, a, st) }()
+
+	// The API over an open store, and its event dispatcher; started at once,
+	// or (store unreachable) by the goroutine that keeps opening it.
+	var (
+		mu      sync.Mutex
+		srvAPI  *api.Server
+		stopped bool // serve has shut down: a store opening now starts nothing
+		running sync.WaitGroup
+	)
+	start := func(st store.Store) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		srvAPI = api.New(api.Config{
+			Store: st, Parse: a.apiParser(),
+			Show:    func(ctx context.Context, st store.Store, m *store.Message) (any, error) { return showOf(ctx, st, m) },
+			MaxBody: o.maxBody, Rate: o.rate, Burst: o.burst, KeyCache: o.keyCache, MaxItems: o.maxItems,
+			Log: a.log, ConnectionLost: storeopen.ConnectionLost,
+		})
+		h.set(srvAPI.Handler())
+		if o.events {
+			running.Go(func() { dispatchEvents(ctx, a, st) })
+		}
+	}
+	if err == nil {
+		start(st)
 	} else {
-		close(dispatched)
+		// Unreachable at start (PostgreSQL down, or not up yet): serve
+		// anyway, answering 503 with Retry-After as a store lost mid-run
+		// is answered, and open the store as soon as it can be.
+		a.log.Warn("serve: the store is unreachable; answering 503 until it opens", "err", err)
+		h.set(api.Unavailable(api.DefaultRetryAfter))
+		running.Go(func() {
+			if st, ok := openWhenReachable(ctx, a); ok {
+				start(st)
+				a.log.Info("serve: the store is open; serving")
+			}
+		})
 	}
 	fmt.Fprintf(a.ios.Err, "serve: listening on %s://%s\n", scheme, ln.Addr())
 
@@ -177,15 +214,61 @@ func runServe(ctx context.Context, a *app, st store.Store, tlsCfg *tls.Config, o
 	// a request cut off got no answer, and its client retries with its key.
 	serveErr := serveUntilDone(ctx, a, srv, ln, o.grace,
 		"serve: requests still in progress after --grace were cut off; their clients retry with their keys")
-	srvAPI.Close()
+	mu.Lock()
+	stopped = true
+	if srvAPI != nil {
+		srvAPI.Close()
+	}
+	mu.Unlock()
 	// The dispatcher saw ctx end too (or serve failed, and ctx ends with
 	// the process): its deliveries in flight finish and are recorded.
 	if serveErr != nil {
 		return serveErr
 	}
-	<-dispatched
+	running.Wait()
 	fmt.Fprintln(a.ios.Err, "serve: stopped")
 	return nil
+}
+
+// The pauses between attempts to open a store unreachable at start.
+const (
+	storeRetryFirst = time.Second
+	storeRetryMax   = 30 * time.Second
+)
+
+// openWhenReachable opens the store, retrying with a doubling pause while
+// its server cannot be reached, until ctx ends (ok false) or another error
+// comes, which is logged and ends the retries: serve then answers 503
+// until it is stopped, and the log says why.
+func openWhenReachable(ctx context.Context, a *app) (store.Store, bool) {
+	for pause := storeRetryFirst; ; pause = min(pause*2, storeRetryMax) {
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-time.After(pause):
+		}
+		st, err := a.store(ctx)
+		switch {
+		case err == nil:
+			return st, true
+		case ctx.Err() != nil:
+			return nil, false
+		case !storeopen.ConnectionLost(err):
+			a.log.Error("serve: the store cannot be opened; answering 503 until stopped", "err", err)
+			return nil, false
+		}
+		a.log.Warn("serve: the store is still unreachable", "err", err, "next_try_in", min(pause*2, storeRetryMax).String())
+	}
+}
+
+// swapHandler serves through the handler set last: the 503s of a store
+// not open yet, then the API.
+type swapHandler struct{ h atomic.Pointer[http.Handler] }
+
+func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
+
+func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
 }
 
 // dispatchEvents delivers status events until ctx ends. A store error

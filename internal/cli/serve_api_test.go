@@ -11,10 +11,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
@@ -424,18 +426,86 @@ func TestServeStoreUnreachable(t *testing.T) {
 	if r.header.Get("Retry-After") == "" {
 		t.Fatalf("503 without Retry-After: %v", r.header)
 	}
+	// The server is back: the client's retry with its key is written once.
+	px.resume(t)
+	retryUntilAccepted(t, c, env.shop, "cut-2")
+	want(t, "the retry's replay", c.post(env.shop, "cut-2", orderBody), 200, "")
 	_ = p.proc.Signal(syscall.SIGTERM)
-	<-p.done
+	if err := <-p.done; err != nil {
+		t.Fatalf("serve after SIGTERM: %v: %s", err, p.log.String())
+	}
+}
+
+// retryUntilAccepted posts orderBody with key as a client does after a
+// 503: again after each Retry-After, until the answer is 202 (any answer
+// but 202 or 503 fails the test, and so do five minutes of 503s).
+func retryUntilAccepted(t *testing.T, c *apiClient, apiKey, key string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		r := c.post(apiKey, key, orderBody)
+		if r.status == 202 {
+			return
+		}
+		want(t, "while the store comes back", r, 503, "store_unavailable")
+		if time.Now().After(deadline) {
+			t.Fatalf("still 503 five minutes after the store came back")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestServeStartsWhileTheStoreIsUnreachable: a serve whose PostgreSQL is
+// down at start listens anyway and answers 503 with Retry-After (the
+// OpenAPI document needs no store: 200), and serves sends once the
+// server can be reached, with nothing sent before written twice.
+func TestServeStartsWhileTheStoreIsUnreachable(t *testing.T) {
+	t.Parallel()
+	env := newAPIEnv(t, "postgres")
+	st := env.b.watch(t)
+	px := newTCPProxy(t, "127.0.0.1:5432")
+	px.cut()
+	url := strings.Replace(env.b.url, "127.0.0.1:5432", px.addr, 1)
+	if url == env.b.url {
+		t.Fatalf("store URL %s does not name 127.0.0.1:5432", env.b.url)
+	}
+	e := &msgqEnv{t: t, env: append(append([]string{}, env.e.env...), "MSGQ_STORE="+url)}
+	p, base := startAPI(t, e)
+	c := newAPIClient(t, base)
+	r := c.post(env.shop, "early-1", orderBody)
+	want(t, "store down at start", r, 503, "store_unavailable")
+	if ra, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || ra <= 0 {
+		t.Fatalf("503 without a Retry-After of whole seconds: %v", r.header)
+	}
+	if r := c.do("GET", "/v1/openapi.json", "", nil, ""); r.status != 200 {
+		t.Fatalf("GET /v1/openapi.json while the store is down: %d", r.status)
+	}
+	if !strings.Contains(p.log.String(), "answering 503 until it opens") {
+		t.Fatalf("serve did not say that the store is unreachable: %s", p.log.String())
+	}
+
+	px.resume(t)
+	retryUntilAccepted(t, c, env.shop, "early-1")
+	if _, err := st.MessageGet(context.Background(), "shop", "early-1"); err != nil {
+		t.Fatalf("early-1 answered 202 but is not in the store: %v", err)
+	}
+	want(t, "the retry's replay", c.post(env.shop, "early-1", orderBody), 200, "")
+	_ = p.proc.Signal(syscall.SIGTERM)
+	if err := <-p.done; err != nil {
+		t.Fatalf("serve after SIGTERM: %v: %s", err, p.log.String())
+	}
 }
 
 // tcpProxy forwards connections to a server until cut, which closes
-// every connection and refuses new ones.
+// every connection and refuses new ones; resume forwards again, on the
+// same address.
 type tcpProxy struct {
-	addr  string
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	dead  bool
+	addr   string
+	target string
+	ln     net.Listener
+	mu     sync.Mutex
+	conns  []net.Conn
+	dead   bool
 }
 
 func newTCPProxy(t *testing.T, target string) *tcpProxy {
@@ -444,31 +514,54 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := &tcpProxy{addr: ln.Addr().String(), ln: ln}
+	px := &tcpProxy{addr: ln.Addr().String(), target: target, ln: ln}
 	t.Cleanup(px.cut)
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			px.mu.Lock()
-			if px.dead {
-				in.Close()
-				out.Close()
-			}
-			px.conns = append(px.conns, in, out)
-			px.mu.Unlock()
-			go func() { _, _ = io.Copy(out, in); out.Close() }()
-			go func() { _, _ = io.Copy(in, out); in.Close() }()
-		}
-	}()
+	go px.forward(ln)
 	return px
+}
+
+func (px *tcpProxy) forward(ln net.Listener) {
+	for {
+		in, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		out, err := net.Dial("tcp", px.target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		px.mu.Lock()
+		if px.dead {
+			in.Close()
+			out.Close()
+		}
+		px.conns = append(px.conns, in, out)
+		px.mu.Unlock()
+		go func() { _, _ = io.Copy(out, in); out.Close() }()
+		go func() { _, _ = io.Copy(in, out); in.Close() }()
+	}
+}
+
+// resume listens on the proxy's address again (the port it held, which
+// nothing else on this host takes in between but by rare chance).
+func (px *tcpProxy) resume(t *testing.T) {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	for range 50 {
+		if ln, err = net.Listen("tcp", px.addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("proxy: listen on %s again: %v", px.addr, err)
+	}
+	px.mu.Lock()
+	px.ln, px.dead, px.conns = ln, false, nil
+	px.mu.Unlock()
+	go px.forward(ln)
 }
 
 func (px *tcpProxy) cut() {
