@@ -236,7 +236,9 @@ func TestSQLEnqueueRefusesBadInputAsTheCLIDoes(t *testing.T) {
 		{"a number too short", "to", []any{"key", "k", "to_addr", "+1555", "text", "hi"}},
 		{"a local number without a region", "to", []any{"key", "k", "to_addr", "555 123 4567", "text", "hi"}},
 		{"a number with two letters too few for a vanity number", "to", []any{"key", "k", "to_addr", "+1 80 FL", "text", "hi"}},
-		{"a number in another script's digits (read by msgq send only)", "to", []any{"key", "k", "to_addr", "+1 555 123 \u0664\u0665\u0666\u0667", "text", "hi"}},
+		{"a number in Devanagari digits (read by msgq send only)", "to", []any{"key", "k", "to_addr", "+1 555 123 \u096a\u096b\u096c\u096d", "text", "hi"}},
+		{"a tel: URI with an invalid phone-context", "to", []any{"key", "k", "to_addr", "tel:555-1234;phone-context=ex_ample.com", "region", "US", "text", "hi"}},
+		{"a tel: URI with an empty phone-context", "to", []any{"key", "k", "to_addr", "tel:555-1234;phone-context=", "region", "US", "text", "hi"}},
 		{"an unknown identity", "identity", append([]any{"key", "k", "identity", "nobody"}, ok...)},
 		{"a channel the identity does not send on", "channel", append([]any{"key", "k", "channel", "email"}, ok...)},
 		{"an unknown channel", "channel", append([]any{"key", "k", "channel", "pigeon"}, ok...)},
@@ -278,6 +280,21 @@ func TestSQLEnqueueRefusesBadInputAsTheCLIDoes(t *testing.T) {
 	}
 	if m, err := h.MessageGet(ctx, "", vanity); err != nil || m.To != "+18003569377" {
 		t.Fatalf("vanity number: %+v, %v; want +18003569377", m, err)
+	}
+	// Beyond ASCII (full-width digits and plus, Arabic-Indic digits, a
+	// no-break space, a full-width extension) and an RFC 3966 URI whose
+	// phone-context gives the country and area code. (A full-width plus
+	// is read as a plus, yet msgq send asks for a region unless the
+	// number starts with an ASCII one: so does enqueue().)
+	for i, c := range [][3]string{{"\uff0b\uff11\u00a0\uff15\uff15\uff15\u2010\u0661\u0662\u0663\u2010\u0664\u0665\u0666\u0667 \uff45\uff58\uff54 9", "US", "+15551234567"},
+		{"tel:555-1234;phone-context=+1-212", "US", "+12125551234"}} {
+		id, err := app.enqueue(ctx, app.conn, "key", fmt.Sprint("unicode-", i), "to_addr", c[0], "region", c[1], "text", "hi")
+		if err != nil {
+			t.Fatalf("%q: %v", c[0], err)
+		}
+		if m, err := h.MessageGet(ctx, "", id); err != nil || m.To != c[2] {
+			t.Fatalf("%q: %+v, %v; want %s", c[0], m, err, c[2])
+		}
 	}
 	id, err := app.enqueue(ctx, app.conn, "key", "local", "to_addr", "(555) 123-4567", "region", "us", "text", "hi", "not_before_in", 48*time.Hour)
 	if err != nil {
