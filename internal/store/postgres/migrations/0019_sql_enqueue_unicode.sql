@@ -266,6 +266,80 @@ END $$;
 
 
 
+-- normalize_email is internal/recipient's email path (net/mail.ParseAddress,
+-- then the domain checks and IDNA) for what SQL can read exactly: an
+-- addr-spec, bare or in an angle-addr after an optional display name
+-- (atoms and quoted strings, as net/mail's consumePhrase reads them: the
+-- name is not stored); its local part a dot-atom, or a quoted string whose
+-- content is one (stored unquoted, as net/mail gives it and msgq send
+-- then requires); its domain a host name of ASCII letters,
+-- digits and hyphens, two labels or more, put in lower case. Refused as
+-- before: comments, groups, RFC 2047 encoded words in the name, non-ASCII
+-- local parts, IP literals and internationalised domains
+-- (docs/sql-enqueue.md).
+CREATE OR REPLACE FUNCTION normalize_email(raw text, OUT addr text, OUT why text) LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    ws     text := E' \t\n\x0b\f\r\u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000';
+    s      text := btrim(coalesce(raw, ''), ws);
+    -- net/mail's atext (ASCII here), qtext and quoted-pair (WSP and VCHAR).
+    atext  text := '[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]';
+    mb     text := '\u0080-\ud7ff\ue000-\U0010ffff';
+    qs     text := '"(?:[\u0020\u0009\u0021\u0023-\u005b\u005d-\u007e]|\\[\u0020\u0009\u0021-\u007e])*"';
+    label  text := '[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?';
+    spec   text;
+    g      text[];
+    local  text;
+    domain text;
+BEGIN
+    IF s = '' THEN
+        why := 'empty';
+        RETURN;
+    END IF;
+    IF s ~ '[\r\n]' THEN
+        why := 'contains a line break';
+        RETURN;
+    END IF;
+    -- consumeAddrSpec: the local part, @, optional spaces, the domain.
+    spec := '(' || atext || '+(?:\.' || atext || '+)*|' || qs || ')@[ \t]*(' || label || '(?:\.' || label || ')+)';
+    -- net/mail tries a bare addr-spec first (then spaces may follow), and
+    -- falls back to a display name (words: permissive atoms, which may hold
+    -- dots and any non-ASCII character, or quoted strings) and an angle-addr.
+    g := regexp_match(s, '^()' || spec || '[ \t]*$');
+    IF g IS NULL THEN
+        g := regexp_match(s, '^((?:[ \t]*(?:[A-Za-z0-9!#$%&''*+/=?^_`{|}~.' || mb || '-]+|"(?:[\u0020\u0009\u0021\u0023-\u005b\u005d-\u007e'
+            || mb || ']|\\[\u0020\u0009\u0021-\u007e' || mb || '])*"))*)[ \t]*<[ \t]*' || spec || '>[ \t]*$');
+        -- An atom of the name that reads as an RFC 2047 encoded word is
+        -- decoded by net/mail (or ends the name): refused here.
+        IF g IS NOT NULL AND g[1] ~ '=\?' THEN
+            g := NULL;
+        END IF;
+    END IF;
+    IF g IS NULL THEN
+        why := 'must be an address like ada@example.com or Ada <ada@example.com> (comments, groups, encoded names, non-ASCII local parts and non-ASCII domains go through msgq send)';
+        RETURN;
+    END IF;
+    local := g[2];
+    IF left(local, 1) = '"' THEN
+        local := regexp_replace(substr(local, 2, length(local) - 2), '\\(.)', '\1', 'g');
+        -- net/mail gives the local part unquoted; msgq send then refuses
+        -- what does not read back as itself (store.EnqueueParams.Validate's
+        -- recipient.Valid): so a quoted local part is taken when its
+        -- content is a dot-atom ("ada"@example.com is ada@example.com).
+        IF NOT local ~ ('^' || atext || '+(?:\.' || atext || '+)*$') THEN
+            why := 'a quoted local part must read as a plain one (msgq send stores it unquoted)';
+            RETURN;
+        END IF;
+    END IF;
+    domain := lower(g[3]);
+    -- An A-label (xn--) is IDNA's to check: refused here rather than
+    -- passed unchecked.
+    IF domain ~ '(^|\.)..--' OR octet_length(domain) > 253 THEN
+        why := 'the domain must be a plain host name like example.com (IDNA domains go through msgq send)';
+        RETURN;
+    END IF;
+    addr := local || '@' || domain;
+END $$;
+
 DROP FUNCTION phone_extension_re();
 
 -- CREATE OR REPLACE drops a function's settings: every function reads
@@ -275,7 +349,7 @@ DECLARE
     f text;
 BEGIN
     FOREACH f IN ARRAY ARRAY['phone_viable(text)', 'phone_normalize(text)', 'phone_extract_possible(text)',
-        'phone_extract_calling_code(text,phone_metadata)', 'normalize_phone(text,text)'] LOOP
+        'phone_extract_calling_code(text,phone_metadata)', 'normalize_phone(text,text)', 'normalize_email(text)'] LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_catalog, pg_temp', f, current_schema());
     END LOOP;
 END $$;
