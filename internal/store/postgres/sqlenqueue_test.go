@@ -614,3 +614,56 @@ func TestSQLEnqueueRevivesAnOptOutRefusal(t *testing.T) {
 		t.Fatalf("a refusal after a call was revived: %+v", m)
 	}
 }
+
+// TestSQLEnqueueTakesQuietHoursOff: a send's quiet_hours 'off' is written
+// as msgq send writes it (the same payload bytes, and a body hash without
+// it, so a send with it and one without are replays of each other); a
+// window, read in a time zone the database does not know, is refused, as
+// anything else is.
+func TestSQLEnqueueTakesQuietHoursOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h, app := newSQLApp(t)
+	id, err := app.enqueue(ctx, app.conn, "key", "quiet-off", "to_addr", "+15551234567", "template", "order_update",
+		"params", []string{"Ada", "1001"}, "quiet_hours", "off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := storetest.Params("quiet-off-go")
+	p.Payload.QuietHours = "off"
+	res, err := h.MessageEnqueue(ctx, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.MessageGet(ctx, "", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.BodyHash != res.Message.BodyHash || got.Payload.QuietHours != "off" || !reflect.DeepEqual(got.Payload, res.Message.Payload) {
+		t.Fatalf("enqueue() wrote\n%+v\nmsgq send writes\n%+v", got, res.Message)
+	}
+	var rawSQL, rawGo string
+	if err := h.pool.QueryRow(ctx, "SELECT (SELECT payload FROM messages WHERE id = $1), (SELECT payload FROM messages WHERE id = $2)", id, res.Message.ID).Scan(&rawSQL, &rawGo); err != nil {
+		t.Fatal(err)
+	}
+	if rawSQL != rawGo {
+		t.Fatalf("payload column: enqueue() %s, msgq send %s", rawSQL, rawGo)
+	}
+	// quiet_hours is not content: the same send without it is a replay.
+	again, err := app.enqueue(ctx, app.conn, "key", "quiet-off", "to_addr", "+15551234567", "template", "order_update",
+		"params", []string{"Ada", "1001"})
+	if err != nil || again != id {
+		t.Fatalf("the same send without quiet_hours: %q, %v; want the replay %s", again, err, id)
+	}
+	before := count(t, h, "messages")
+	for _, qh := range []string{"21:00-08:00", "OFF", "on", "25:00-08:00"} {
+		_, err := app.enqueue(ctx, app.conn, "key", "quiet-bad", "to_addr", "+15551234567", "text", "hi", "quiet_hours", qh)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "MQ422" || pe.ColumnName != "quiet_hours" || !strings.HasPrefix(pe.Message, "msgq: quiet_hours ") {
+			t.Errorf("quiet_hours %q: %v; want SQLSTATE MQ422 naming quiet_hours", qh, err)
+		}
+	}
+	if n := count(t, h, "messages"); n != before {
+		t.Fatalf("refused quiet hours wrote %d rows", n-before)
+	}
+}

@@ -14,6 +14,10 @@
 --
 -- RFC 3966 tel: URIs with ;phone-context= are read as the library's
 -- buildNationalNumberForParsing reads them.
+--
+-- Email: display names and quoted local parts (normalize_email below).
+--
+-- enqueue() takes the send's quiet_hours ('off'; a window is refused).
 
 -- phone_viable is the library's isViablePhoneNumber: at least two bytes,
 -- and VALID_PHONE_NUMBER_PATTERN.
@@ -340,6 +344,282 @@ BEGIN
     addr := local || '@' || domain;
 END $$;
 
+DROP FUNCTION enqueue(text,text,text,text,text,text,text,text,text[],text,text,text,text[],text,text,text,timestamptz,interval,timestamptz,interval);
+
+-- enqueue is 0018's with a quiet_hours parameter (the signature changes:
+-- the old one is dropped; every parameter keeps its name and default).
+-- It is msgq send in the caller's transaction (docs/sql-enqueue.md):
+-- it returns the message id, the existing one for a replay (same tenant
+-- and key, same content: nothing written but the replay counter, or the
+-- row revived if it was refused for an opt-out that has lifted); the same
+-- key with other content raises MQ409 with the existing id as DETAIL; bad
+-- input raises MQ422 naming the field, nothing written.
+CREATE FUNCTION enqueue(
+    key             text,
+    to_addr         text,
+    identity        text        DEFAULT NULL,
+    channel         text        DEFAULT NULL,
+    tenant          text        DEFAULT NULL,
+    region          text        DEFAULT NULL,
+    template        text        DEFAULT NULL,
+    lang            text        DEFAULT NULL,
+    params          text[]      DEFAULT NULL,
+    text            text        DEFAULT NULL,
+    subject         text        DEFAULT NULL,
+    fallback_template text      DEFAULT NULL,
+    fallback_params text[]      DEFAULT NULL,
+    purpose         text        DEFAULT NULL,
+    ref             text        DEFAULT NULL,
+    lane            text        DEFAULT NULL,
+    not_before      timestamptz DEFAULT NULL,
+    not_before_in   interval    DEFAULT NULL,
+    expires_at      timestamptz DEFAULT NULL,
+    expires_in      interval    DEFAULT NULL,
+    quiet_hours     text        DEFAULT NULL
+) RETURNS text LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    now_    timestamptz := clock_timestamp();
+    v_key   text := coalesce(enqueue.key, '');
+    v_ten   text := coalesce(nullif(enqueue.tenant, ''), 'default');
+    v_id    text := nullif(enqueue.identity, '');
+    v_ch    text := nullif(enqueue.channel, '');
+    v_tpl   text := coalesce(enqueue.template, '');
+    v_lang  text := coalesce(enqueue.lang, '');
+    v_par   text[] := coalesce(enqueue.params, '{}');
+    v_txt   text := coalesce(enqueue.text, '');
+    v_subj  text := coalesce(enqueue.subject, '');
+    v_fbt   text := coalesce(enqueue.fallback_template, '');
+    v_fbp   text[] := coalesce(enqueue.fallback_params, '{}');
+    v_lane  text := coalesce(nullif(enqueue.lane, ''), 'bulk');
+    v_qh    text := coalesce(enqueue.quiet_hours, '');
+    v_body  text;
+    v_next  timestamptz;
+    v_exp   timestamptz;
+    v_to    text;
+    chans   text[];
+    ph      record;
+    em      record;
+    v_payload text;
+    v_hash  text;
+    v_new   text;
+    v_old   record;
+    v_min   bigint;
+    v_maxseg integer;
+    seg     record;
+    v_rev   record;
+BEGIN
+    -- The CLI's order (internal/cli/spec.go, then store.EnqueueParams.Validate).
+    IF v_key = '' THEN
+        PERFORM mq_invalid('key', 'is required');
+    END IF;
+    IF NOT v_key ~ '^[A-Za-z0-9._:-]{1,64}$' THEN
+        PERFORM mq_invalid('key', format('"%s" must be 1 to 64 characters of A-Za-z0-9._:-', left(v_key, 70)));
+    END IF;
+    IF coalesce(enqueue.to_addr, '') = '' THEN
+        PERFORM mq_invalid('to', 'is required');
+    END IF;
+    IF v_tpl <> '' AND v_lang = '' THEN
+        v_lang := 'en';
+    END IF;
+    IF v_id IS NULL THEN
+        SELECT name INTO v_id FROM sql_identities WHERE is_default;
+        IF v_id IS NULL THEN
+            PERFORM mq_invalid('identity', 'is required (no default identity recorded: run msgq migrate with the config)');
+        END IF;
+    END IF;
+    SELECT channels INTO chans FROM sql_identities WHERE name = v_id;
+    IF chans IS NULL THEN
+        PERFORM mq_invalid('identity', format('%s is not an identity of the config msgq migrate recorded (%s)', v_id,
+            coalesce((SELECT string_agg(name, ', ' ORDER BY name) FROM sql_identities), 'none')));
+    END IF;
+    IF v_ch IS NULL THEN
+        v_ch := chans[1];
+    ELSIF v_ch IN ('whatsapp', 'sms', 'email') AND NOT v_ch = ANY (chans) THEN
+        PERFORM mq_invalid('channel', format('identity %s does not send on %s (it sends on %s)', v_id, v_ch, array_to_string(chans, ', ')));
+    END IF;
+    IF v_ch = 'email' THEN
+        em := normalize_email(enqueue.to_addr);
+        IF em.why IS NOT NULL THEN
+            PERFORM mq_invalid('to', format('invalid email address "%s": %s', left(enqueue.to_addr, 70), em.why));
+        END IF;
+        v_to := em.addr;
+    ELSE
+        ph := normalize_phone(enqueue.to_addr, enqueue.region);
+        IF ph.why IS NOT NULL THEN
+            PERFORM mq_invalid('to', format('invalid phone number "%s": %s', left(enqueue.to_addr, 70), ph.why));
+        END IF;
+        v_to := ph.e164;
+    END IF;
+    -- internal/cli/spec.go's checkSegments: an SMS text over the
+    -- identity's max_segments (recorded by msgq migrate) is refused.
+    IF v_ch = 'sms' AND v_txt <> '' THEN
+        SELECT max_segments INTO v_maxseg FROM sql_identities WHERE name = v_id;
+        IF v_maxseg > 0 THEN
+            seg := sms_segments(v_txt);
+            IF seg.segments > v_maxseg THEN
+                PERFORM mq_invalid('text', format('is %s SMS segments (%s, %s characters); identity %s allows at most %s (max_segments)',
+                    seg.segments, seg.encoding, char_length(v_txt), v_id, v_maxseg));
+            END IF;
+        END IF;
+    END IF;
+    IF v_ch <> 'email' THEN
+        IF v_subj <> '' THEN
+            PERFORM mq_invalid('subject', format('is for email only (channel %s has no subject)', v_ch));
+        END IF;
+    ELSE
+        IF v_fbt <> '' OR cardinality(v_fbp) > 0 THEN
+            PERFORM mq_invalid('fallback_template', 'has no use on email (there is no customer-service window)');
+        ELSIF v_subj ~ '[\r\n]' THEN
+            PERFORM mq_invalid('subject', 'must be one line');
+        ELSIF v_tpl <> '' THEN
+            -- The CLI renders email templates from the identity's templates
+            -- directory at enqueue; the database cannot.
+            PERFORM mq_invalid('template', 'email templates cannot be rendered in SQL: give text and subject (or send it with msgq send)');
+        ELSIF btrim(v_subj) = '' THEN
+            PERFORM mq_invalid('subject', 'is required for an email with text');
+        END IF;
+    END IF;
+    IF enqueue.not_before IS NOT NULL AND enqueue.not_before_in IS NOT NULL THEN
+        PERFORM mq_invalid('not_before', 'give not_before or not_before_in, not both');
+    END IF;
+    IF enqueue.expires_at IS NOT NULL AND enqueue.expires_in IS NOT NULL THEN
+        PERFORM mq_invalid('expires_in', 'give expires_in or expires_at, not both');
+    END IF;
+    -- Delays are exact durations (a day is 24 hours, as in msgq send's 2d),
+    -- on the database server's clock.
+    IF enqueue.expires_in IS NOT NULL THEN
+        IF extract(epoch FROM enqueue.expires_in) <= 0 THEN
+            PERFORM mq_invalid('expires_in', format('%s puts the expiry in the past', enqueue.expires_in));
+        END IF;
+        v_exp := now_ + make_interval(secs => extract(epoch FROM enqueue.expires_in));
+    ELSE
+        v_exp := enqueue.expires_at;
+    END IF;
+    IF enqueue.not_before_in IS NOT NULL THEN
+        v_next := now_ + make_interval(secs => extract(epoch FROM enqueue.not_before_in));
+    ELSE
+        v_next := enqueue.not_before;
+    END IF;
+    IF NOT v_ten ~ '^[A-Za-z0-9._:-]{1,64}$' THEN
+        PERFORM mq_invalid('tenant', 'must be 1 to 64 characters of A-Za-z0-9._:-');
+    END IF;
+    IF v_ch NOT IN ('whatsapp', 'sms', 'email') THEN
+        -- The channels internal/recipient knows the addresses of.
+        PERFORM mq_invalid('channel', format('must be whatsapp, sms or email (got "%s")', left(v_ch, 70)));
+    END IF;
+    IF v_lane NOT IN ('reply', 'bulk') THEN
+        PERFORM mq_invalid('lane', format('must be reply or bulk (got "%s")', left(v_lane, 70)));
+    END IF;
+    IF v_txt <> '' AND v_tpl <> '' THEN
+        PERFORM mq_invalid('text', 'cannot be combined with a template: send one or the other');
+    ELSIF v_txt = '' AND v_tpl = '' THEN
+        PERFORM mq_invalid('payload', 'needs a template or text');
+    ELSIF v_tpl = '' AND btrim(v_txt, E' \t\n\x0b\f\r\u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000') = '' THEN
+        PERFORM mq_invalid('text', 'is blank');
+    ELSIF v_txt <> '' AND (v_lang <> '' OR cardinality(v_par) > 0) THEN
+        PERFORM mq_invalid('text', 'takes no language or parameters (those belong to a template)');
+    ELSIF v_fbt <> '' AND v_txt = '' THEN
+        PERFORM mq_invalid('fallback_template', 'only applies to free-form text');
+    ELSIF cardinality(v_fbp) > 0 AND v_fbt = '' THEN
+        PERFORM mq_invalid('fallback_params', 'need a fallback_template');
+    END IF;
+    IF v_exp IS NOT NULL THEN
+        IF v_exp <= now_ THEN
+            PERFORM mq_invalid('expires_at', format('is in the past (%s)', to_char(v_exp AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')));
+        END IF;
+        IF v_next IS NOT NULL AND v_exp <= v_next THEN
+            PERFORM mq_invalid('expires_at', 'is not after not_before: the message could never go out');
+        END IF;
+    END IF;
+    -- internal/cli/send_quiet.go, after the checks above: the send's own
+    -- quiet hours. 'off' is exact (no window applies at enqueue or in the
+    -- drain: the payload carries it, as the CLI's does). A window is read
+    -- in the recipient's time zone, which msgq send knows from the number
+    -- and the config and the database does not: refused (docs/sql-enqueue.md).
+    IF v_qh NOT IN ('', 'off') THEN
+        PERFORM mq_invalid('quiet_hours', format('%s: give off, or leave it out for the identity''s; a window (HH:MM-HH:MM) is for msgq send (it is read in the recipient''s time zone, which SQL does not know)', left(v_qh, 70)));
+    END IF;
+    v_next := greatest(now_, coalesce(v_next, now_));
+
+    -- store.Payload and store.EnqueueParams.BodyHash, byte for byte (the
+    -- hash without quiet_hours: when a message may go is not what it says).
+    v_body := concat_ws(',',
+        CASE WHEN v_tpl <> '' THEN '"template":' || go_json(v_tpl) END,
+        CASE WHEN v_lang <> '' THEN '"lang":' || go_json(v_lang) END,
+        CASE WHEN cardinality(v_par) > 0 THEN '"params":' || go_json_array(v_par) END,
+        CASE WHEN v_txt <> '' THEN '"text":' || go_json(v_txt) END,
+        CASE WHEN v_subj <> '' AND v_ch = 'email' THEN '"subject":' || go_json(v_subj) END,
+        CASE WHEN v_fbt <> '' THEN '"fallback_template":' || go_json(v_fbt) END,
+        CASE WHEN cardinality(v_fbp) > 0 THEN '"fallback_params":' || go_json_array(v_fbp) END);
+    v_payload := '{' || concat_ws(',', nullif(v_body, ''), CASE WHEN v_qh <> '' THEN '"quiet_hours":' || go_json(v_qh) END) || '}';
+    v_hash := encode(sha256(convert_to('{"to":' || go_json(v_to) || ',"channel":' || go_json(v_ch) ||
+        ',"identity":' || go_json(v_id) || ',"payload":{' || v_body || '}}', 'UTF8')), 'hex');
+
+    v_new := new_ulid(now_);
+    INSERT INTO messages (id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
+        payload, state, next_attempt_at, expires_at, resend_of, created_at, updated_at)
+    VALUES (v_new, v_ten, v_key, v_hash, v_to, v_ch, v_id, coalesce(enqueue.purpose, ''), coalesce(enqueue.ref, ''), v_lane,
+        v_payload, 'queued', v_next, v_exp, '', now_, now_)
+    ON CONFLICT (tenant, key) DO NOTHING;
+    IF FOUND THEN
+        -- state.Transition(None, Enqueue): queued, source send (store.SourceSend).
+        INSERT INTO history (message_id, seq, from_state, to_state, reason, event, applied, source, detail, at)
+        VALUES (v_new, 1, '', 'queued', '', 'enqueue', true, 'send', '', now_);
+        -- Delivered at commit, to drains waiting (notify.go's notifySQL).
+        PERFORM pg_notify('msgq_enqueued', current_schema());
+        RETURN v_new;
+    END IF;
+
+    SELECT m.id, m.body_hash, m.state, m.reason, m.attempts, m.maybe_sent, m.provider_id, m.payload IS NOT NULL AS has_payload
+        INTO v_old FROM messages m WHERE m.tenant = v_ten AND m.key = v_key;
+    IF NOT FOUND THEN
+        -- The index refused the key, yet its row is not visible to this
+        -- snapshot (a REPEATABLE READ transaction): retry the transaction.
+        RAISE EXCEPTION USING ERRCODE = '40001', MESSAGE = format('msgq: key %s of tenant %s was taken concurrently; retry the transaction', v_key, v_ten);
+    END IF;
+    IF v_old.body_hash <> v_hash THEN
+        RAISE EXCEPTION USING ERRCODE = 'MQ409', COLUMN = 'key',
+            MESSAGE = format('msgq: key %s of tenant %s is taken by message %s with other content', v_key, v_ten, v_old.id),
+            DETAIL = v_old.id,
+            HINT = 'the existing message''s id is this error''s DETAIL; nothing was written';
+    END IF;
+    -- A row refused for a policy reason before any call keeps no claim on
+    -- its key (internal/store/rules/revive.go): once the condition has
+    -- lifted (the recipient no longer opted out of the row's identity) and
+    -- no provider call was recorded, this send revives it through the
+    -- machine's revive event, scheduled as this send says, instead of
+    -- replaying the refusal. The row is locked and read again first, as
+    -- the Go store does (another sender may have revived it since).
+    IF v_old.state = 'failed' AND v_old.reason = 'opted_out' AND v_old.attempts = 0 AND NOT v_old.maybe_sent
+        AND v_old.provider_id = '' AND v_old.has_payload THEN
+        SELECT m.id, m.identity, m.recipient,
+            (m.state = 'failed' AND m.reason = 'opted_out' AND m.attempts = 0 AND NOT m.maybe_sent AND m.provider_id = ''
+                AND m.payload IS NOT NULL) AS candidate,
+            EXISTS (SELECT 1 FROM opt_outs o WHERE o.identity = m.identity AND o.recipient = m.recipient AND o.opted_out) AS holds,
+            EXISTS (SELECT 1 FROM attempts a WHERE a.message_id = m.id) AS called
+            INTO v_rev FROM messages m WHERE m.id = v_old.id FOR UPDATE OF m;
+        IF v_rev.candidate AND NOT v_rev.holds AND NOT v_rev.called THEN
+            UPDATE messages SET state = 'queued', reason = '', next_attempt_at = v_next, expires_at = v_exp, last_error = '',
+                updated_at = now_
+            WHERE id = v_rev.id AND state = 'failed' AND reason = 'opted_out' AND attempts = 0;
+            INSERT INTO history (message_id, seq, from_state, to_state, reason, event, applied, source, detail, at)
+            SELECT v_rev.id, coalesce(max(seq), 0) + 1, 'failed', 'queued', '', 'revive(opted_out)', true, 'send',
+                'enqueued again after a policy refusal that sent nothing: the recipient is no longer opted out of ' || v_rev.identity, now_
+            FROM history WHERE message_id = v_rev.id;
+            PERFORM pg_notify('msgq_enqueued', current_schema());
+            RETURN v_rev.id;
+        END IF;
+    END IF;
+    -- A replay: what the Go store counts (rules.RefusedCounts).
+    v_min := floor(extract(epoch FROM now_) / 60)::bigint * 60;
+    INSERT INTO counters (name, n) VALUES ('key_replays', 1) ON CONFLICT (name) DO UPDATE SET n = counters.n + 1;
+    INSERT INTO counts_by_minute (name, minute, n) VALUES ('key_replays', v_min, 1)
+        ON CONFLICT (name, minute) DO UPDATE SET n = counts_by_minute.n + 1;
+    DELETE FROM counts_by_minute WHERE name = 'key_replays' AND minute < v_min - 8 * 24 * 3600;
+    RETURN v_old.id;
+END $$;
+
 DROP FUNCTION phone_extension_re();
 
 -- CREATE OR REPLACE drops a function's settings: every function reads
@@ -349,7 +629,8 @@ DECLARE
     f text;
 BEGIN
     FOREACH f IN ARRAY ARRAY['phone_viable(text)', 'phone_normalize(text)', 'phone_extract_possible(text)',
-        'phone_extract_calling_code(text,phone_metadata)', 'normalize_phone(text,text)', 'normalize_email(text)'] LOOP
+        'phone_extract_calling_code(text,phone_metadata)', 'normalize_phone(text,text)', 'normalize_email(text)',
+        'enqueue(text,text,text,text,text,text,text,text,text[],text,text,text,text[],text,text,text,timestamptz,interval,timestamptz,interval,text)'] LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_catalog, pg_temp', f, current_schema());
     END LOOP;
 END $$;
