@@ -1,10 +1,13 @@
 -- 0019: enqueue() reads what 0018 still left to msgq send
 -- (docs/sql-enqueue.md).
 --
--- Phone numbers beyond ASCII: nyaruka/phonenumbers reads any decimal
--- digit (\p{Nd}), the full-width plus and its Unicode punctuation
+-- Phone numbers beyond ASCII: nyaruka/phonenumbers' patterns take any
+-- decimal digit (\p{Nd}), the full-width plus, its Unicode punctuation
 -- (VALID_PUNCTUATION: dashes, the no-break and ideographic spaces,
--- full-width brackets, ...) and full-width or Cyrillic extension labels.
+-- full-width brackets, ...) and full-width or Cyrillic extension labels;
+-- it reads Arabic-Indic, Persian and full-width digits as ASCII ones and
+-- keeps any other script's as they are (refused here: the narrowing
+-- docs/sql-enqueue.md names).
 -- Its expressions are translated from Go's syntax and its character
 -- mappings generated into phone_metadata.sql (phonechars_test.go) as
 -- phone_re(name) and phone_map(name), loaded by Migrate with the
