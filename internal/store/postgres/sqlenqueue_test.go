@@ -350,7 +350,7 @@ func TestSQLNormalizesEmailLikeRecipient(t *testing.T) {
 			// Encoded words, comments and groups are refused in SQL.
 			sqlName := !strings.ContainsAny(name, "=(:")
 			quoted := `"` + rapid.StringOfN(rapid.RuneFrom([]rune("ab Z.@,:;<>()[]\\\"\t!~")), 0, 6, -1).Draw(t, "qlocal") + `"`
-			switch rapid.IntRange(0, 14).Draw(t, "form") {
+			switch rapid.IntRange(0, 15).Draw(t, "form") {
 			case 1:
 				raw, plain = name+" <"+raw+">", plain && sqlName
 			case 2:
@@ -380,7 +380,10 @@ func TestSQLNormalizesEmailLikeRecipient(t *testing.T) {
 			case 13:
 				raw, plain = "Team: "+raw+";", false
 			case 14:
-				raw, plain = "Zoë <zoë@"+domain+">", false
+				raw = name + " <zoë" + rapid.SampledFrom([]string{"", "\u00a0x", ".\u4e2d\u6587", "\U0001f600"}).Draw(t, "mb") + "@" + domain + ">"
+				plain = plain && sqlName
+			case 15:
+				raw = `"` + local + "\u00e9" + `"@` + domain
 			}
 			// What msgq send stores: recipient.Normalize's address, which
 			// store.EnqueueParams.Validate then requires to read back as

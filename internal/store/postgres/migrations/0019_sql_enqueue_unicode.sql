@@ -280,18 +280,20 @@ END $$;
 -- name is not stored); its local part a dot-atom, or a quoted string whose
 -- content is one (stored unquoted, as net/mail gives it and msgq send
 -- then requires); its domain a host name of ASCII letters,
--- digits and hyphens, two labels or more, put in lower case. Refused as
--- before: comments, groups, RFC 2047 encoded words in the name, non-ASCII
--- local parts, IP literals and internationalised domains
+-- digits and hyphens, two labels or more, put in lower case (a local
+-- part may hold any non-ASCII character, as net/mail's atext does).
+-- Refused as before: comments, groups, RFC 2047 encoded words in the name,
+-- IP literals and internationalised domains
 -- (docs/sql-enqueue.md).
 CREATE OR REPLACE FUNCTION normalize_email(raw text, OUT addr text, OUT why text) LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     ws     text := E' \t\n\x0b\f\r\u0085\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000';
     s      text := btrim(coalesce(raw, ''), ws);
-    -- net/mail's atext (ASCII here), qtext and quoted-pair (WSP and VCHAR).
-    atext  text := '[A-Za-z0-9!#$%&''*+/=?^_`{|}~-]';
+    -- net/mail's atext, qtext and quoted-pair (WSP and VCHAR): ASCII, and
+    -- any character beyond it (its isMultibyte, RFC 6532).
     mb     text := '\u0080-\ud7ff\ue000-\U0010ffff';
-    qs     text := '"(?:[\u0020\u0009\u0021\u0023-\u005b\u005d-\u007e]|\\[\u0020\u0009\u0021-\u007e])*"';
+    atext  text := '[A-Za-z0-9!#$%&''*+/=?^_`{|}~' || mb || '-]';
+    qs     text := '"(?:[\u0020\u0009\u0021\u0023-\u005b\u005d-\u007e' || mb || ']|\\[\u0020\u0009\u0021-\u007e' || mb || '])*"';
     label  text := '[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?';
     spec   text;
     g      text[];
@@ -310,11 +312,10 @@ BEGIN
     spec := '(' || atext || '+(?:\.' || atext || '+)*|' || qs || ')@[ \t]*(' || label || '(?:\.' || label || ')+)';
     -- net/mail tries a bare addr-spec first (then spaces may follow), and
     -- falls back to a display name (words: permissive atoms, which may hold
-    -- dots and any non-ASCII character, or quoted strings) and an angle-addr.
+    -- dots, or quoted strings) and an angle-addr.
     g := regexp_match(s, '^()' || spec || '[ \t]*$');
     IF g IS NULL THEN
-        g := regexp_match(s, '^((?:[ \t]*(?:[A-Za-z0-9!#$%&''*+/=?^_`{|}~.' || mb || '-]+|"(?:[\u0020\u0009\u0021\u0023-\u005b\u005d-\u007e'
-            || mb || ']|\\[\u0020\u0009\u0021-\u007e' || mb || '])*"))*)[ \t]*<[ \t]*' || spec || '>[ \t]*$');
+        g := regexp_match(s, '^((?:[ \t]*(?:[A-Za-z0-9!#$%&''*+/=?^_`{|}~.' || mb || '-]+|' || qs || '))*)[ \t]*<[ \t]*' || spec || '>[ \t]*$');
         -- An atom of the name that reads as an RFC 2047 encoded word is
         -- decoded by net/mail (or ends the name): refused here.
         IF g IS NOT NULL AND g[1] ~ '=\?' THEN
@@ -322,7 +323,7 @@ BEGIN
         END IF;
     END IF;
     IF g IS NULL THEN
-        why := 'must be an address like ada@example.com or Ada <ada@example.com> (comments, groups, encoded names, non-ASCII local parts and non-ASCII domains go through msgq send)';
+        why := 'must be an address like ada@example.com or Ada <ada@example.com> (comments, groups, encoded names and non-ASCII domains go through msgq send)';
         RETURN;
     END IF;
     local := g[2];
