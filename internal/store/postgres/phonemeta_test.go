@@ -87,6 +87,11 @@ func generatePhoneMetadata() (string, error) {
 		}
 	}
 	b.WriteString(";\n")
+	chars, err := generatePhoneChars()
+	if err != nil {
+		return "", err
+	}
+	b.WriteString(chars)
 	return b.String(), nil
 }
 

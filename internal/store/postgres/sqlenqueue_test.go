@@ -236,7 +236,9 @@ func TestSQLEnqueueRefusesBadInputAsTheCLIDoes(t *testing.T) {
 		{"a number too short", "to", []any{"key", "k", "to_addr", "+1555", "text", "hi"}},
 		{"a local number without a region", "to", []any{"key", "k", "to_addr", "555 123 4567", "text", "hi"}},
 		{"a number with two letters too few for a vanity number", "to", []any{"key", "k", "to_addr", "+1 80 FL", "text", "hi"}},
-		{"a number in another script's digits (read by msgq send only)", "to", []any{"key", "k", "to_addr", "+1 555 123 \u0664\u0665\u0666\u0667", "text", "hi"}},
+		{"a number in Devanagari digits (read by msgq send only)", "to", []any{"key", "k", "to_addr", "+1 555 123 \u096a\u096b\u096c\u096d", "text", "hi"}},
+		{"a tel: URI with an invalid phone-context", "to", []any{"key", "k", "to_addr", "tel:555-1234;phone-context=ex_ample.com", "region", "US", "text", "hi"}},
+		{"a tel: URI with an empty phone-context", "to", []any{"key", "k", "to_addr", "tel:555-1234;phone-context=", "region", "US", "text", "hi"}},
 		{"an unknown identity", "identity", append([]any{"key", "k", "identity", "nobody"}, ok...)},
 		{"a channel the identity does not send on", "channel", append([]any{"key", "k", "channel", "email"}, ok...)},
 		{"an unknown channel", "channel", append([]any{"key", "k", "channel", "pigeon"}, ok...)},
@@ -249,7 +251,9 @@ func TestSQLEnqueueRefusesBadInputAsTheCLIDoes(t *testing.T) {
 		{"an email template", "template", []any{"key", "k", "identity", "mail", "to_addr", "ada@example.com", "template", "welcome"}},
 		{"an email without a subject", "subject", []any{"key", "k", "identity", "mail", "to_addr", "ada@example.com", "text", "hi"}},
 		{"a subject of two lines", "subject", []any{"key", "k", "identity", "mail", "to_addr", "ada@example.com", "text", "hi", "subject", "a\nb"}},
-		{"an email address with a display name", "to", []any{"key", "k", "identity", "mail", "to_addr", "Ada <ada@example.com>", "text", "hi", "subject", "s"}},
+		{"an email address whose quoted local part is not a plain one (msgq send refuses it too)", "to", []any{"key", "k", "identity", "mail", "to_addr", `"ada lovelace"@example.com`, "text", "hi", "subject", "s"}},
+		{"an email address with a comment (read by msgq send only)", "to", []any{"key", "k", "identity", "mail", "to_addr", "ada@example.com (Ada)", "text", "hi", "subject", "s"}},
+		{"an email address with an IDNA domain (read by msgq send only)", "to", []any{"key", "k", "identity", "mail", "to_addr", "Ada <ada@bücher.example>", "text", "hi", "subject", "s"}},
 		{"an email address without a domain", "to", []any{"key", "k", "identity", "mail", "to_addr", "ada@localhost", "text", "hi", "subject", "s"}},
 		{"a bad lane", "lane", append([]any{"key", "k", "lane", "fast"}, ok...)},
 		{"a bad tenant", "tenant", append([]any{"key", "k", "tenant", "a b"}, ok...)},
@@ -279,6 +283,21 @@ func TestSQLEnqueueRefusesBadInputAsTheCLIDoes(t *testing.T) {
 	if m, err := h.MessageGet(ctx, "", vanity); err != nil || m.To != "+18003569377" {
 		t.Fatalf("vanity number: %+v, %v; want +18003569377", m, err)
 	}
+	// Beyond ASCII (full-width digits and plus, Arabic-Indic digits, a
+	// no-break space, a full-width extension) and an RFC 3966 URI whose
+	// phone-context gives the country and area code. (A full-width plus
+	// is read as a plus, yet msgq send asks for a region unless the
+	// number starts with an ASCII one: so does enqueue().)
+	for i, c := range [][3]string{{"\uff0b\uff11\u00a0\uff15\uff15\uff15\u2010\u0661\u0662\u0663\u2010\u0664\u0665\u0666\u0667 \uff45\uff58\uff54 9", "US", "+15551234567"},
+		{"tel:555-1234;phone-context=+1-212", "US", "+12125551234"}} {
+		id, err := app.enqueue(ctx, app.conn, "key", fmt.Sprint("unicode-", i), "to_addr", c[0], "region", c[1], "text", "hi")
+		if err != nil {
+			t.Fatalf("%q: %v", c[0], err)
+		}
+		if m, err := h.MessageGet(ctx, "", id); err != nil || m.To != c[2] {
+			t.Fatalf("%q: %+v, %v; want %s", c[0], m, err, c[2])
+		}
+	}
 	id, err := app.enqueue(ctx, app.conn, "key", "local", "to_addr", "(555) 123-4567", "region", "us", "text", "hi", "not_before_in", 48*time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -294,17 +313,27 @@ func TestSQLEnqueueRefusesBadInputAsTheCLIDoes(t *testing.T) {
 	if m, err = h.MessageGet(ctx, "", id); err != nil || m.To != "Ada.Lovelace@example.com" || m.Channel != "email" || m.Payload.Subject != "Hello" {
 		t.Fatalf("email: %+v, %v", m, err)
 	}
+	id, err = app.enqueue(ctx, app.conn, "key", "mail-named", "identity", "mail", "to_addr", `"Lovelace, Ada" <"ada.lovelace"@Example.COM>`, "text", "hi", "subject", "Hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = h.MessageGet(ctx, "", id); err != nil || m.To != "ada.lovelace@example.com" {
+		t.Fatalf("email with a display name and a quoted local part: %+v, %v; want what recipient.Normalize gives, ada.lovelace@example.com", m, err)
+	}
 }
 
 // TestSQLNormalizesEmailLikeRecipient: what normalize_email accepts,
-// recipient.Normalize accepts with the same result; a bare ASCII address
-// is accepted by both.
+// recipient.Normalize accepts with the same result; an address of a form
+// SQL reads (bare, or after a display name in angle brackets, its local
+// part a dot-atom or a quoted string, an ASCII host name) that the CLI
+// accepts, SQL accepts.
 func TestSQLNormalizesEmailLikeRecipient(t *testing.T) {
 	url := testURL(t)
 	t.Parallel()
 	h := open(t, url, freshSchema(t, url), Options{})
 	atom := rapid.StringOfN(rapid.RuneFrom([]rune("abcXYZ019!#$%&'*+/=?^_`{|}~-")), 1, 8, -1)
 	label := rapid.StringMatching(`[a-zA-Z0-9]([a-zA-Z0-9-]{0,6}[a-zA-Z0-9])?`)
+	wrapped := 0 // display names and quoted local parts read by both
 	rapid.Check(t, func(t *rapid.T) {
 		for range 20 {
 			local := atom.Draw(t, "local")
@@ -314,11 +343,18 @@ func TestSQLNormalizesEmailLikeRecipient(t *testing.T) {
 			domain := label.Draw(t, "label") + "." + label.Draw(t, "tld")
 			plain := !strings.Contains(domain, "--")
 			raw := local + "@" + domain
-			switch rapid.IntRange(0, 8).Draw(t, "form") {
+			// plain: a form SQL reads, so it must accept what the CLI accepts.
+			name := rapid.SampledFrom([]string{"Ada", "Ada Lovelace", `"Ada Lovelace"`, `"Lovelace, Ada"`, `"A \"B\" C"`, "Zoë",
+				`"Zoë Ö"`, "Ada.L", ".Ada.", `Ada "L"`, `"Ada"Lovelace`, " \t", "A\tB", `"a\\b"`, "=?utf-8?q?Ada?=", "Ada (c)",
+				`"unclosed`, "a@b", "Ada:", "A<B"}).Draw(t, "name")
+			// Encoded words, comments and groups are refused in SQL.
+			sqlName := !strings.ContainsAny(name, "=(:")
+			quoted := `"` + rapid.StringOfN(rapid.RuneFrom([]rune("ab Z.@,:;<>()[]\\\"\t!~")), 0, 6, -1).Draw(t, "qlocal") + `"`
+			switch rapid.IntRange(0, 15).Draw(t, "form") {
 			case 1:
-				raw, plain = "Ada <"+raw+">", false
+				raw, plain = name+" <"+raw+">", plain && sqlName
 			case 2:
-				raw, plain = `"a b"@`+domain, false
+				raw = quoted + "@" + domain
 			case 3:
 				raw, plain = local+"@bücher.example", false
 			case 4:
@@ -329,19 +365,51 @@ func TestSQLNormalizesEmailLikeRecipient(t *testing.T) {
 				raw = "  " + raw + "\t"
 			case 7:
 				raw, plain = local+"..x@"+domain, false
+			case 8:
+				raw = "<" + raw + ">"
+			case 9:
+				plain = plain && sqlName
+				raw = name + rapid.SampledFrom([]string{"<", "\t<", "  < ", "< \t"}).Draw(t, "open") + quoted + "@ " + domain + ">" +
+					rapid.SampledFrom([]string{"", " ", "\t "}).Draw(t, "after")
+			case 10:
+				raw = local + "@ \t" + domain + " "
+			case 11:
+				raw, plain = name+" <"+raw+" >", false
+			case 12:
+				raw, plain = raw+" (Ada)", false
+			case 13:
+				raw, plain = "Team: "+raw+";", false
+			case 14:
+				raw = name + " <zoë" + rapid.SampledFrom([]string{"", "\u00a0x", ".\u4e2d\u6587", "\U0001f600"}).Draw(t, "mb") + "@" + domain + ">"
+				plain = plain && sqlName
+			case 15:
+				raw = `"` + local + "\u00e9" + `"@` + domain
 			}
+			// What msgq send stores: recipient.Normalize's address, which
+			// store.EnqueueParams.Validate then requires to read back as
+			// itself (recipient.Valid).
 			want, goErr := recipient.Normalize(recipient.Email, raw, "")
+			if goErr == nil {
+				goErr = recipient.Valid(recipient.Email, want)
+			}
 			got, ok := sqlNormalize(t, h, recipient.Email, raw, "")
+			if ok && (strings.Contains(raw, "<") || strings.HasPrefix(raw, `"`)) {
+				wrapped++
+			}
 			switch {
 			case ok && goErr != nil:
 				t.Fatalf("%q: SQL reads %s, recipient refuses: %v", raw, got, goErr)
 			case ok && got != want:
 				t.Fatalf("%q: SQL reads %s, recipient %s", raw, got, want)
-			case plain && !ok:
-				t.Fatalf("%q: a bare ASCII address, refused by SQL: %s (recipient: %q, %v)", raw, got, want, goErr)
+			case plain && !ok && goErr == nil:
+				t.Fatalf("%q: an address of a form SQL reads, refused by SQL: %s (recipient: %q)", raw, got, want)
 			}
 		}
 	})
+	t.Logf("%d addresses with a display name or a quoted local part read by both", wrapped)
+	if wrapped == 0 {
+		t.Fatal("no address with a display name or a quoted local part was read: the generator must produce them")
+	}
 }
 
 // TestMigrateReloadsPhoneMetadataOfAnotherBuild: a schema whose
@@ -547,5 +615,58 @@ func TestSQLEnqueueRevivesAnOptOutRefusal(t *testing.T) {
 	}
 	if m, _ := h.MessageGet(ctx, "", called); m.State != state.Failed {
 		t.Fatalf("a refusal after a call was revived: %+v", m)
+	}
+}
+
+// TestSQLEnqueueTakesQuietHoursOff: a send's quiet_hours 'off' is written
+// as msgq send writes it (the same payload bytes, and a body hash without
+// it, so a send with it and one without are replays of each other); a
+// window, read in a time zone the database does not know, is refused, as
+// anything else is.
+func TestSQLEnqueueTakesQuietHoursOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h, app := newSQLApp(t)
+	id, err := app.enqueue(ctx, app.conn, "key", "quiet-off", "to_addr", "+15551234567", "template", "order_update",
+		"params", []string{"Ada", "1001"}, "quiet_hours", "off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := storetest.Params("quiet-off-go")
+	p.Payload.QuietHours = "off"
+	res, err := h.MessageEnqueue(ctx, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.MessageGet(ctx, "", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.BodyHash != res.Message.BodyHash || got.Payload.QuietHours != "off" || !reflect.DeepEqual(got.Payload, res.Message.Payload) {
+		t.Fatalf("enqueue() wrote\n%+v\nmsgq send writes\n%+v", got, res.Message)
+	}
+	var rawSQL, rawGo string
+	if err := h.pool.QueryRow(ctx, "SELECT (SELECT payload FROM messages WHERE id = $1), (SELECT payload FROM messages WHERE id = $2)", id, res.Message.ID).Scan(&rawSQL, &rawGo); err != nil {
+		t.Fatal(err)
+	}
+	if rawSQL != rawGo {
+		t.Fatalf("payload column: enqueue() %s, msgq send %s", rawSQL, rawGo)
+	}
+	// quiet_hours is not content: the same send without it is a replay.
+	again, err := app.enqueue(ctx, app.conn, "key", "quiet-off", "to_addr", "+15551234567", "template", "order_update",
+		"params", []string{"Ada", "1001"})
+	if err != nil || again != id {
+		t.Fatalf("the same send without quiet_hours: %q, %v; want the replay %s", again, err, id)
+	}
+	before := count(t, h, "messages")
+	for _, qh := range []string{"21:00-08:00", "OFF", "on", "25:00-08:00"} {
+		_, err := app.enqueue(ctx, app.conn, "key", "quiet-bad", "to_addr", "+15551234567", "text", "hi", "quiet_hours", qh)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "MQ422" || pe.ColumnName != "quiet_hours" || !strings.HasPrefix(pe.Message, "msgq: quiet_hours ") {
+			t.Errorf("quiet_hours %q: %v; want SQLSTATE MQ422 naming quiet_hours", qh, err)
+		}
+	}
+	if n := count(t, h, "messages"); n != before {
+		t.Fatalf("refused quiet hours wrote %d rows", n-before)
 	}
 }
