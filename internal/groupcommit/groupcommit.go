@@ -9,6 +9,7 @@ package groupcommit
 import (
 	"context"
 	"errors"
+	"runtime"
 	"time"
 )
 
@@ -18,6 +19,9 @@ var ErrClosed = errors.New("groupcommit: closed")
 
 // Write writes one batch in one transaction and returns one result per
 // item, in order, or an error that is every item's.
+// lingerYields bounds the yields of a batch waiting for more (loop).
+const lingerYields = 3
+
 type Write[T, R any] func(ctx context.Context, items []T) ([]R, error)
 
 // Committer is one goroutine writing batches. Start it with Start and
@@ -108,14 +112,28 @@ func (c *Committer[T, R]) loop(ctx context.Context) {
 		case it := <-c.in:
 			batch = append(batch, it)
 		}
-	more:
-		for len(batch) < c.max {
-			select {
-			case it := <-c.in:
-				batch = append(batch, it)
-			default:
-				break more
+		// Under load (more than one item waiting), yield to the goroutines
+		// whose items are on their way (a handler that has parsed its
+		// request is about to send) before writing: up to lingerYields times,
+		// while each yield brings more. At 64 connections on SQLite the
+		// batches grew from about 19 items to 26 and the API took about a
+		// tenth more sends a second (bench/README.md); a lone item is still
+		// written at once.
+		for yields := 0; ; yields++ {
+			before := len(batch)
+		more:
+			for len(batch) < c.max {
+				select {
+				case it := <-c.in:
+					batch = append(batch, it)
+				default:
+					break more
+				}
 			}
+			if len(batch) == 1 || len(batch) >= c.max || yields == lingerYields || (yields > 0 && len(batch) == before) {
+				break
+			}
+			runtime.Gosched()
 		}
 		for _, it := range batch {
 			vs = append(vs, it.v)
