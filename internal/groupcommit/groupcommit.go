@@ -17,11 +17,11 @@ import (
 // left unwritten by a committer that stopped.
 var ErrClosed = errors.New("groupcommit: closed")
 
-// Write writes one batch in one transaction and returns one result per
-// item, in order, or an error that is every item's.
 // lingerYields bounds the yields of a batch waiting for more (loop).
 const lingerYields = 3
 
+// Write writes one batch in one transaction and returns one result per
+// item, in order, or an error that is every item's.
 type Write[T, R any] func(ctx context.Context, items []T) ([]R, error)
 
 // Committer is one goroutine writing batches. Start it with Start and
