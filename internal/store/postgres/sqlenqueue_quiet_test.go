@@ -132,6 +132,14 @@ func TestSQLEnqueueQuietHoursLikeTheCLI(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if rapid.IntRange(0, 3).Draw(t, "window around now") == 0 {
+				// Now is inside it in the identity's zone, for sends due at
+				// once to be held too.
+				l := time.Now().In(loc)
+				m := l.Hour()*60 + l.Minute()
+				w.Start = (m - rapid.IntRange(1, 120).Draw(t, "started ago") + 24*60) % (24 * 60)
+				w.End = (m + rapid.IntRange(2, 600).Draw(t, "ends in")) % (24 * 60)
+			}
 			pol = quiet.Policy{Window: &w, Zone: loc}
 			for _, l := range []string{store.LaneReply, store.LaneBulk} {
 				if rapid.IntRange(0, 3).Draw(t, "exempt "+l) == 0 {
@@ -206,66 +214,134 @@ func TestSQLEnqueueQuietHoursLikeTheCLI(t *testing.T) {
 		if rapid.Bool().Draw(t, "seconds") {
 			due = due.Add(time.Duration(rapid.IntRange(0, 59_999_999).Draw(t, "micros")) * time.Microsecond)
 		}
-		var expires time.Time
-		if rapid.Bool().Draw(t, "deadline") {
-			expires = due.Add(time.Duration(rapid.IntRange(1, 20*3600).Draw(t, "deadline seconds")) * time.Second)
-		}
-
-		until, held, cliErr := pol.Schedule(quiet.Row{To: e164, Channel: channel, Lane: cmp(lane, store.LaneBulk), Purpose: purpose, Override: override},
-			time.Now(), due, 0, expires, 0)
-
-		key := fmt.Sprintf("quiet-%d", n)
-		args := []any{"key", key, "to_addr", to, "identity", "q", "channel", channel, "text", "hi",
-			"lane", nullIf(lane), "purpose", nullIf(purpose), "not_before", due, "quiet_hours", nullIf(override)}
-		if channel == "email" {
-			args = append(args, "subject", "hello")
-		}
-		if !expires.IsZero() {
-			args = append(args, "expires_at", expires)
-		}
-		id, err := app.enqueue(ctx, app.conn, args...)
-		what := fmt.Sprintf("policy %+v, %s %s, lane %q purpose %q quiet_hours %q, due %s (%s), expires %s",
-			sid, channel, e164, lane, purpose, override, due.UTC().Format(time.RFC3339Nano), due.Format(time.RFC3339), expires.UTC().Format(time.RFC3339Nano))
-		if cliErr != nil {
-			want := "msgq: " + (&store.InvalidError{Field: "quiet_hours", Msg: cliErr.Error()}).Error()
-			want = strings.Replace(want, "quiet_hours: ", "quiet_hours ", 1)
-			var pe *pgconn.PgError
-			if !errors.As(err, &pe) || pe.Code != "MQ422" || pe.ColumnName != "quiet_hours" || pe.Message != want {
-				t.Fatalf("%s: SQL %q, %v; the CLI refuses it: %s", what, id, err, want)
+		// The send gives its due time as not_before, as not_before_in
+		// (from the server's clock just before the call), or not at all
+		// (due at once: at whatever time it is), and its deadline as
+		// expires_at, expires_in, or none.
+		send := func(timing int, override string, deadlineKind int, key string) {
+			due := due
+			if timing == 3 {
+				due = time.Now()
 			}
+			var deadline time.Time
+			if deadlineKind > 0 {
+				deadline = due.Add(time.Duration(rapid.IntRange(1, 20*3600).Draw(t, "deadline seconds")) * time.Second)
+			}
+
+			args := []any{"key", key, "to_addr", to, "identity", "q", "channel", channel, "text", "hi",
+				"lane", nullIf(lane), "purpose", nullIf(purpose), "quiet_hours", nullIf(override)}
+			if channel == "email" {
+				args = append(args, "subject", "hello")
+			}
+			clock := func() time.Time {
+				var c time.Time
+				if err := app.conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&c); err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			t0 := clock()
+			var notBefore, expiresAt time.Time
+			var notBeforeIn, expiresIn time.Duration
+			switch timing {
+			case 0, 1:
+				notBefore = due
+				args = append(args, "not_before", notBefore)
+			case 2:
+				notBeforeIn = due.Sub(t0).Truncate(time.Microsecond)
+				args = append(args, "not_before_in", notBeforeIn)
+			}
+			switch deadlineKind {
+			case 1, 2:
+				expiresAt = deadline
+				args = append(args, "expires_at", expiresAt)
+			case 3:
+				expiresIn = deadline.Sub(t0).Truncate(time.Microsecond)
+				args = append(args, "expires_in", expiresIn)
+			}
+			row := quiet.Row{To: e164, Channel: channel, Lane: cmp(lane, store.LaneBulk), Purpose: purpose, Override: override}
+			cli := func(now time.Time) (time.Time, bool, error) {
+				return pol.Schedule(row, now, notBefore, notBeforeIn, expiresAt, expiresIn)
+			}
+			id, err := app.enqueue(ctx, app.conn, args...)
+			t1 := clock()
+			what := fmt.Sprintf("policy %+v, %s %s, lane %q purpose %q quiet_hours %q, due %s (%s), timing %d, deadline %s (kind %d)",
+				sid, channel, e164, lane, purpose, override, due.UTC().Format(time.RFC3339Nano), due.Format(time.RFC3339), timing,
+				deadline.UTC().Format(time.RFC3339Nano), deadlineKind)
+			if err != nil {
+				// Refused: as the CLI refuses it at a time the call ran at
+				// (not_before_in, expires_in and due-at-once read the clock).
+				var pe *pgconn.PgError
+				if !errors.As(err, &pe) || pe.Code != "MQ422" || pe.ColumnName != "quiet_hours" {
+					t.Fatalf("%s: SQL %v; want MQ422 quiet_hours or a row", what, err)
+				}
+				var wants []string
+				for _, now := range []time.Time{t0, t1} {
+					_, _, cliErr := cli(now)
+					if cliErr == nil {
+						continue
+					}
+					want := "msgq: " + (&store.InvalidError{Field: "quiet_hours", Msg: cliErr.Error()}).Error()
+					wants = append(wants, strings.Replace(want, "quiet_hours: ", "quiet_hours ", 1))
+					switch {
+					case errors.Is(cliErr, quiet.ErrNoZone):
+						seen["no zone"] = true
+					case strings.Contains(want, "expires at"):
+						seen["deadline"] = true
+					default:
+						seen["bad window"] = true
+					}
+				}
+				if !slices.Contains(wants, pe.Message) {
+					t.Fatalf("%s: SQL refuses it: %s; the CLI %v", what, pe.Message, wants)
+				}
+				return
+			}
+			// Written: the row's created_at is the call's clock reading, the
+			// CLI's now.
+			var next, created time.Time
+			var payload string
+			if err := h.pool.QueryRow(ctx, "SELECT next_attempt_at, created_at, payload FROM messages WHERE id = $1", id).Scan(&next, &created, &payload); err != nil {
+				t.Fatal(err)
+			}
+			until, held, cliErr := cli(created)
+			if cliErr != nil {
+				t.Fatalf("%s: SQL writes it due at %s; the CLI refuses it: %v", what, next.UTC().Format(time.RFC3339Nano), cliErr)
+			}
+			want := created
 			switch {
-			case errors.Is(cliErr, quiet.ErrNoZone):
-				seen["no zone"] = true
-			case strings.Contains(want, "expires at"):
-				seen["deadline"] = true
-			default:
-				seen["bad window"] = true
+			case held:
+				want = until
+				seen["held"] = true
+			case notBeforeIn > 0:
+				want = created.Add(notBeforeIn)
+			case !notBefore.IsZero() && notBefore.After(created):
+				want = notBefore
 			}
-			return
+			if !held {
+				seen["not held"] = true
+				if want.Equal(created) {
+					seen["due at once"] = true
+				}
+			}
+			if held && timing == 3 {
+				seen["held from now"] = true
+			}
+			if !next.Equal(want) {
+				t.Fatalf("%s: SQL is due at %s; the CLI's not_before is %s (held %t)", what, next.UTC().Format(time.RFC3339Nano), want.UTC().Format(time.RFC3339Nano), held)
+			}
+			if override != "" && !strings.Contains(payload, `"quiet_hours":`) {
+				t.Fatalf("%s: the payload %s does not keep quiet_hours", what, payload)
+			}
 		}
-		if err != nil {
-			t.Fatalf("%s: SQL refuses it (%v); the CLI accepts it (held %t until %s)", what, err, held, until)
-		}
-		var next time.Time
-		var payload string
-		if err := h.pool.QueryRow(ctx, "SELECT next_attempt_at, payload FROM messages WHERE id = $1", id).Scan(&next, &payload); err != nil {
-			t.Fatal(err)
-		}
-		want := due
-		if held {
-			want = until
-			seen["held"] = true
-		} else {
-			seen["not held"] = true
-		}
-		if !next.Equal(want) {
-			t.Fatalf("%s: SQL is due at %s; the CLI's not_before is %s (held %t)", what, next.UTC().Format(time.RFC3339Nano), want.UTC().Format(time.RFC3339Nano), held)
-		}
-		if override != "" && !strings.Contains(payload, `"quiet_hours":`) {
-			t.Fatalf("%s: the payload %s does not keep quiet_hours", what, payload)
+		send(rapid.IntRange(0, 3).Draw(t, "timing"), override, rapid.IntRange(0, 3).Draw(t, "deadline"), fmt.Sprintf("quiet-%d", n))
+		if pol.Window != nil {
+			// And the same send due at once under the identity's window
+			// (drawn around now a quarter of the time).
+			send(3, "", 0, fmt.Sprintf("quiet-%d-now", n))
 		}
 	})
-	for _, k := range []string{"no zone", "deadline", "bad window", "held", "not held"} {
+	for _, k := range []string{"no zone", "deadline", "bad window", "held", "not held", "due at once", "held from now"} {
 		if !seen[k] {
 			t.Errorf("no send drew the outcome %q (drew %v)", k, seen)
 		}
