@@ -50,9 +50,9 @@ func (s *Store) SQLIdentitiesRecord(ctx context.Context, ids []store.SQLIdentity
 			if id.QuietZone != "" {
 				// enqueue() reads windows in the zone by AT TIME ZONE: a
 				// name the server's zone database lacks is refused here,
-				// not at every send.
-				// (pg_timezone_names would say it too, but reads every zone
-				// file: a savepoint is cheaper.)
+				// not at every send (tried in a savepoint: the view
+				// pg_timezone_names would say it too, but reads every zone
+				// file).
 				sp, err := tx.Begin(ctx)
 				if err != nil {
 					return fmt.Errorf("postgres: record identity %s: %w", id.Name, err)
