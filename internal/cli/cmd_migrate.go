@@ -74,8 +74,16 @@ func sqlIdentities(cfg *config) []store.SQLIdentity {
 	out := make([]store.SQLIdentity, 0, len(cfg.Identities))
 	for _, name := range slices.Sorted(maps.Keys(cfg.Identities)) {
 		id := cfg.Identities[name]
-		out = append(out, store.SQLIdentity{Name: name, Channels: id.Channels, Default: name == cfg.DefaultIdentity,
-			MaxSegments: id.Config.MaxSegments})
+		sid := store.SQLIdentity{Name: name, Channels: id.Channels, Default: name == cfg.DefaultIdentity,
+			MaxSegments: id.Config.MaxSegments, QuietExemptLanes: id.Quiet.ExemptLanes, QuietExemptPurposes: id.Quiet.ExemptPurposes}
+		if id.Quiet.Window != nil {
+			sid.QuietWindow = id.Quiet.Window.String()
+		}
+		if id.Quiet.Zone != nil {
+			// The name the zone was loaded by, as quiet.Hold says it.
+			sid.QuietZone = id.Quiet.Zone.String()
+		}
+		out = append(out, sid)
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/msgq/msgq/internal/quiet"
@@ -16,7 +15,9 @@ import (
 // retries. The time is this host's clock: the drain checks again on the
 // store's clock as it knows it, so a small offset cannot send a row in
 // the window. A send whose deadline comes before the window ends could
-// never go out: it is refused, naming the way out.
+// never go out: it is refused, naming the way out. The decision is
+// quiet.Policy.Schedule's, which PostgreSQL's enqueue() is tested against
+// (internal/store/postgres/sqlenqueue_quiet_test.go).
 func quietSchedule(p *store.EnqueueParams, override string, id *identity, now time.Time) error {
 	if err := quiet.CheckOverride(override); err != nil {
 		return &store.InvalidError{Field: "quiet_hours", Msg: err.Error()}
@@ -27,28 +28,12 @@ func quietSchedule(p *store.EnqueueParams, override string, id *identity, now ti
 		pol = id.Quiet
 	}
 	row := quiet.Row{To: p.To, Channel: p.Channel, Lane: p.Lane, Purpose: p.Purpose, Override: override}
-	if err := pol.Check(row); err != nil {
-		return &store.InvalidError{Field: "quiet_hours", Msg: fmt.Sprintf("%s: %v", override, err)}
+	until, held, err := pol.Schedule(row, now, p.NotBefore, p.NotBeforeIn, p.ExpiresAt, p.ExpiresIn)
+	if err != nil {
+		return &store.InvalidError{Field: "quiet_hours", Msg: err.Error()}
 	}
-	due := now
-	switch {
-	case p.NotBeforeIn > 0:
-		due = now.Add(p.NotBeforeIn)
-	case !p.NotBefore.IsZero() && p.NotBefore.After(now):
-		due = p.NotBefore
+	if held {
+		p.NotBefore, p.NotBeforeIn = until, 0
 	}
-	h, ok := pol.At(due, row)
-	if !ok {
-		return nil
-	}
-	deadline := p.ExpiresAt
-	if p.ExpiresIn > 0 {
-		deadline = now.Add(p.ExpiresIn)
-	}
-	if !deadline.IsZero() && !deadline.After(h.Until) {
-		return &store.InvalidError{Field: "quiet_hours", Msg: fmt.Sprintf("the message expires at %s, inside the recipient's %s: it could never go out (send it with quiet_hours off, or exempt its lane or purpose)",
-			deadline.UTC().Format(time.RFC3339), h)}
-	}
-	p.NotBefore, p.NotBeforeIn = h.Until, 0
 	return nil
 }

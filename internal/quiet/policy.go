@@ -113,3 +113,39 @@ func (p Policy) At(t time.Time, r Row) (Hold, bool) {
 	}
 	return Hold{Window: w, Zone: zone, Until: w.Ends(t, zone)}, true
 }
+
+// Schedule is quiet hours at enqueue for one send (msgq send's, through
+// internal/cli/send_quiet.go): now is the sender's clock; notBefore and
+// notBeforeIn, expiresAt and expiresIn are the send's (zero: not given).
+// held says the send is due inside r's window and must wait until its
+// end, until. An error is bad input at enqueue: a malformed override, a
+// window with no zone to read it in, or a deadline that is not after the
+// window's end (the send could never go out).
+func (p Policy) Schedule(r Row, now, notBefore time.Time, notBeforeIn time.Duration, expiresAt time.Time, expiresIn time.Duration) (until time.Time, held bool, err error) {
+	if err := CheckOverride(r.Override); err != nil {
+		return time.Time{}, false, err
+	}
+	if err := p.Check(r); err != nil {
+		return time.Time{}, false, fmt.Errorf("%s: %w", r.Override, err)
+	}
+	due := now
+	switch {
+	case notBeforeIn > 0:
+		due = now.Add(notBeforeIn)
+	case !notBefore.IsZero() && notBefore.After(now):
+		due = notBefore
+	}
+	h, ok := p.At(due, r)
+	if !ok {
+		return time.Time{}, false, nil
+	}
+	deadline := expiresAt
+	if expiresIn > 0 {
+		deadline = now.Add(expiresIn)
+	}
+	if !deadline.IsZero() && !deadline.After(h.Until) {
+		return time.Time{}, false, fmt.Errorf("the message expires at %s, inside the recipient's %s: it could never go out (send it with quiet_hours off, or exempt its lane or purpose)",
+			deadline.UTC().Format(time.RFC3339), h)
+	}
+	return h.Until, true, nil
+}

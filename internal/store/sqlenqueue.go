@@ -16,6 +16,14 @@ type SQLIdentity struct {
 	// of more segments (internal/sms counts them), as msgq send does.
 	// 0: no limit.
 	MaxSegments int
+	// QuietWindow is its quiet_hours window as internal/quiet writes it
+	// ("21:00-08:00"; "": none), QuietZone its quiet_zone's name, and
+	// QuietExemptLanes and QuietExemptPurposes its quiet_exempt: enqueue()
+	// applies them at enqueue as msgq send does (internal/quiet.Policy).
+	QuietWindow         string
+	QuietZone           string
+	QuietExemptLanes    []string
+	QuietExemptPurposes []string
 }
 
 // SQLEnqueuer is a store with an enqueue() function for applications to
@@ -25,6 +33,7 @@ type SQLEnqueuer interface {
 	// or updates their channels; identities recorded before and missing
 	// from ids stay (another host's config may define them). A Default
 	// among ids replaces the recorded default. Errors: *InvalidError for
-	// an identity without a name or channels, or a negative MaxSegments.
+	// an identity without a name or channels, a negative MaxSegments, or
+	// a quiet zone the database does not know.
 	SQLIdentitiesRecord(ctx context.Context, ids []SQLIdentity) error
 }

@@ -92,6 +92,11 @@ func generatePhoneMetadata() (string, error) {
 		return "", err
 	}
 	b.WriteString(chars)
+	tz, err := generatePhoneTimezones()
+	if err != nil {
+		return "", err
+	}
+	b.WriteString(tz)
 	return b.String(), nil
 }
 
