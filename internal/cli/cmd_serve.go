@@ -211,7 +211,7 @@ func runServe(ctx context.Context, a *app, tlsCfg *tls.Config, o *serveOptions) 
 		a.log.Warn("serve: the store is unreachable; answering 503 until it opens", "err", err)
 		h.set(api.Unavailable(api.DefaultRetryAfter))
 		running.Go(func() {
-			if st, ok := openWhenReachable(ctx, a); ok {
+			if st, ok := openWhenReachable(ctx, a, "serve"); ok {
 				start(st)
 				a.log.Info("serve: the store is open; serving")
 			}
@@ -247,9 +247,9 @@ const (
 
 // openWhenReachable opens the store, retrying with a doubling pause while
 // its server cannot be reached, until ctx ends (ok false) or another error
-// comes, which is logged and ends the retries: serve then answers 503
-// until it is stopped, and the log says why.
-func openWhenReachable(ctx context.Context, a *app) (store.Store, bool) {
+// comes, which is logged and ends the retries: the server (role: serve or
+// webhook) then answers 503 until it is stopped, and the log says why.
+func openWhenReachable(ctx context.Context, a *app, role string) (store.Store, bool) {
 	for pause := storeRetryFirst; ; pause = min(pause*2, storeRetryMax) {
 		select {
 		case <-ctx.Done():
@@ -263,15 +263,15 @@ func openWhenReachable(ctx context.Context, a *app) (store.Store, bool) {
 		case ctx.Err() != nil:
 			return nil, false
 		case !storeopen.ConnectionLost(err):
-			a.log.Error("serve: the store cannot be opened; answering 503 until stopped", "err", err)
+			a.log.Error(role+": the store cannot be opened; answering 503 until stopped", "err", err)
 			return nil, false
 		}
-		a.log.Warn("serve: the store is still unreachable", "err", err, "next_try_in", min(pause*2, storeRetryMax).String())
+		a.log.Warn(role+": the store is still unreachable", "err", err, "next_try_in", min(pause*2, storeRetryMax).String())
 	}
 }
 
 // swapHandler serves through the handler set last: the 503s of a store
-// not open yet, then the API.
+// not open yet, then the API (or the webhook receiver).
 type swapHandler struct{ h atomic.Pointer[http.Handler] }
 
 func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/storeopen"
 	"github.com/msgq/msgq/internal/webhook"
 	"github.com/msgq/msgq/internal/webhook/verify"
 )
@@ -74,6 +76,9 @@ is stored raw and durably and only then answered 200; if it cannot be stored the
 answer is 500, so the provider retries. Unless --process=false, a worker then
 processes stored deliveries (run msgq webhook process from cron otherwise).
 SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
+Started while its PostgreSQL server cannot be reached, it listens anyway and
+answers 503 with Retry-After (nothing stored) until the store opens; any other
+store error at start ends it.
 
 Memory is bounded before any signature is checked. A request without a
 well-formed signature header (or with a stale timestamp) is refused before its
@@ -112,9 +117,15 @@ twice --max-pending plus 64 MiB unless GOMEMLIMIT is set.
 			if o.clockWarn, err = a.cfg.clockWarn(); err != nil {
 				return err
 			}
+			// As for msgq serve: any store error but an unreachable server
+			// ends it at once, before it listens; an unreachable one (nil
+			// st) is waited for, answering 503 meanwhile.
 			st, err := a.store(cmd.Context())
-			if err != nil {
+			if err != nil && !storeopen.ConnectionLost(err) {
 				return err
+			}
+			if err != nil {
+				a.log.Warn("webhook: the store is unreachable; answering 503 until it opens", "err", err)
 			}
 			return runWebhookServe(cmd.Context(), a, st, wc, o)
 		},
@@ -140,18 +151,11 @@ func validPublicURL(s string) bool {
 		(u.Path == "" || u.Path == "/") && u.RawQuery == "" && u.Fragment == "" && u.User == nil
 }
 
+// runWebhookServe serves the webhook routes over st, or, with st nil (its
+// server unreachable at start), answers 503 with Retry-After until the
+// store opens: a provider retries a 503 as it retries a refused
+// connection, and /healthz says the store is not reachable yet.
 func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Config, o *webhookServeOptions) error {
-	// The evidence it applies is timed on the store's clock; a host whose
-	// clock is off is reported (and its offset recorded for stats).
-	// Signature timestamps are checked against the store's clock as
-	// measured from here too: a host whose own clock drifted would refuse
-	// every signed delivery once past --tolerance.
-	clk := newClockWatch(a, st, "webhook serve", "", o.clockWarn)
-	cctx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopClock()
-	clk.start(cctx)
-	wake := make(chan struct{}, 1)
-	wc.Store, wc.MaxBody, wc.MaxPending, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.maxPending, o.tolerance, a.log, clk.Now
 	if os.Getenv("GOMEMLIMIT") == "" {
 		// A soft limit the collector works to keep under: the bodies
 		// the budget admits, the garbage they leave, and the rest of the
@@ -159,34 +163,15 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 		// garbage, which GOGC alone would let double the heap.
 		debug.SetMemoryLimit(2*o.maxPending + 64<<20)
 	}
-	if o.process {
-		wc.Stored = func() {
-			select {
-			case wake <- struct{}{}:
-			default: // a wake-up is already pending
-			}
-		}
-	}
-	rcv := webhook.NewReceiver(wc)
-
-	var workers sync.WaitGroup
-	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
-	if o.process {
-		p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities),
-			TemplateIdentities: templateIdentities(a.cfg.Identities), Log: a.log}
-		workers.Go(func() { p.Run(wctx, wake, o.poll) })
-	}
-
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", o.addr)
 	if err != nil {
-		stopWorker()
-		rcv.Close()
 		return err
 	}
 	ln = netutil.LimitListener(ln, o.maxConns)
+	h := &swapHandler{}
 	srv := &http.Server{
-		Handler:           rcv.Handler(),
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bodies are bounded by --max-body; a minute reads the largest
 		// over a slow link, and stops a client that trickles forever.
@@ -196,6 +181,62 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 		MaxHeaderBytes: 64 << 10,
 	}
 	srv.ConnState = keepAliveGovernor(srv, o.maxConns)
+
+	// The receiver, its clock watch and its worker over an open store:
+	// started at once, or by the goroutine that keeps opening the store.
+	var (
+		mu      sync.Mutex
+		rcv     *webhook.Receiver
+		stopped bool // serve has shut down: a store opening now starts nothing
+		workers sync.WaitGroup
+	)
+	// Their contexts outlive ctx: the clock and the worker stop after the
+	// server has shut down (below), not when the signal comes.
+	bg, stopBg := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBg()
+	start := func(st store.Store) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		// The evidence it applies is timed on the store's clock; a host
+		// whose clock is off is reported (and its offset recorded for
+		// stats). Signature timestamps are checked against the store's
+		// clock as measured from here too: a host whose own clock drifted
+		// would refuse every signed delivery once past --tolerance.
+		clk := newClockWatch(a, st, "webhook serve", "", o.clockWarn)
+		clk.start(bg)
+		wake := make(chan struct{}, 1)
+		wc := wc
+		wc.Store, wc.MaxBody, wc.MaxPending, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.maxPending, o.tolerance, a.log, clk.Now
+		if o.process {
+			wc.Stored = func() {
+				select {
+				case wake <- struct{}{}:
+				default: // a wake-up is already pending
+				}
+			}
+		}
+		rcv = webhook.NewReceiver(wc)
+		h.set(rcv.Handler())
+		if o.process {
+			p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities),
+				TemplateIdentities: templateIdentities(a.cfg.Identities), Log: a.log}
+			workers.Go(func() { p.Run(bg, wake, o.poll) })
+		}
+	}
+	if st != nil {
+		start(st)
+	} else {
+		h.set(storeUnavailable(webhookRetryAfter))
+		workers.Go(func() {
+			if st, ok := openWhenReachable(ctx, a, "webhook"); ok {
+				start(st)
+				a.log.Info("webhook: the store is open; serving")
+			}
+		})
+	}
 	fmt.Fprintf(a.ios.Err, "webhook: listening on http://%s\n", ln.Addr())
 
 	// Each handler waits for its delivery's write: every 200 sent was
@@ -203,14 +244,33 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 	// What was handed to the committer is still written by rcv.Close.
 	serveErr := serveUntilDone(ctx, a, srv, ln, o.grace,
 		"webhook: requests still in progress after --grace were cut off; their providers will retry")
-	rcv.Close()
-	stopWorker()
+	mu.Lock()
+	stopped = true
+	if rcv != nil {
+		rcv.Close()
+	}
+	mu.Unlock()
+	stopBg()
 	workers.Wait()
 	if serveErr != nil {
 		return serveErr
 	}
 	fmt.Fprintln(a.ios.Err, "webhook: stopped")
 	return nil
+}
+
+// webhookRetryAfter is what a 503 of a store not open yet asks a provider
+// to wait: about the first pause between attempts to open it.
+const webhookRetryAfter = 2 * time.Second
+
+// storeUnavailable answers every request 503 with Retry-After: the store
+// is not open yet.
+func storeUnavailable(retryAfter time.Duration) http.Handler {
+	secs := strconv.Itoa(int((retryAfter + time.Second - 1) / time.Second))
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", secs)
+		http.Error(w, "the store is not reachable yet; retry later", http.StatusServiceUnavailable)
+	})
 }
 
 // defaultMaxConns bounds webhook serve's open connections: well above what

@@ -332,3 +332,106 @@ func TestServeDedupesAndAppliesForwardOnly(t *testing.T) {
 		}
 	})
 }
+
+// TestWebhookServeStartsWhileTheStoreIsUnreachable: a `webhook serve`
+// whose PostgreSQL is down at start listens anyway and answers 503 with
+// Retry-After (nothing stored, /healthz too), and once the server can be
+// reached it stores and applies the provider's retry of the same delivery.
+func TestWebhookServeStartsWhileTheStoreIsUnreachable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := newBackend(t, "postgres", dir)
+	cfg := filepath.Join(dir, "msgq.yaml")
+	writeFile(t, cfg, webhookConfig)
+	env := []string{"MSGQ_CONFIG=" + cfg, "MSGQ_TEST_TOKEN=t", "MSGQ_TEST_APP_SECRET=" + testAppSecret, "MSGQ_TEST_VERIFY_TOKEN=v"}
+	(&msgqEnv{t: t, env: append(append([]string{}, env...), "MSGQ_STORE="+b.url)}).run("migrate")
+	st := b.watch(t)
+	ctx := context.Background()
+	ids, wamids := acceptedRows(t, st, 1)
+
+	px := newTCPProxy(t, "127.0.0.1:5432")
+	px.cut()
+	url := strings.Replace(b.url, "127.0.0.1:5432", px.addr, 1)
+	if url == b.url {
+		t.Fatalf("store URL %s does not name 127.0.0.1:5432", b.url)
+	}
+	e := &msgqEnv{t: t, env: append(append([]string{}, env...), "MSGQ_STORE="+url)}
+	p, base := startServe(t, e, "--poll", "50ms")
+
+	body := waStatusBody(wamids[0], "delivered", 1764410405)
+	post := func() *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, base+"/webhooks/whatsapp", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Hub-Signature-256", verify.SignWhatsApp(body, []byte(testAppSecret)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	r := post()
+	if r.StatusCode != http.StatusServiceUnavailable || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("a delivery while the store is down at start: %d, Retry-After %q; want 503 with Retry-After", r.StatusCode, r.Header.Get("Retry-After"))
+	}
+	if code := healthz(t, base); code != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz while the store is down at start: %d, want 503", code)
+	}
+	if !strings.Contains(p.log.String(), "answering 503 until it opens") {
+		t.Fatalf("webhook serve did not say that the store is unreachable: %s", p.log.String())
+	}
+	if ws, err := st.WebhookStats(ctx); err != nil || ws.UnprocessedWebhooks != 0 || ws.DuplicateWebhooks != 0 {
+		t.Fatalf("a 503 stored something: %+v, %v", ws, err)
+	}
+
+	// The server is back: the provider's retry of the delivery is stored,
+	// answered 200 and applied.
+	px.resume(t)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		r := post()
+		if r.StatusCode == http.StatusOK {
+			break
+		}
+		if r.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("while the store comes back: %d, want 503 or 200", r.StatusCode)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still 503 two minutes after the store came back: %s", p.log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for {
+		m, err := st.MessageGet(ctx, "", ids[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.State == state.Delivered {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the delivery answered 200 was not applied: %s is %s", ids[0], m.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := healthz(t, base); code != http.StatusOK {
+		t.Fatalf("/healthz once the store is open: %d, want 200", code)
+	}
+	_ = p.proc.Signal(syscall.SIGTERM)
+	if err := <-p.done; err != nil {
+		t.Fatalf("webhook serve after SIGTERM: %v: %s", err, p.log.String())
+	}
+}
+
+func healthz(t *testing.T, base string) int {
+	t.Helper()
+	resp, err := http.Get(base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
