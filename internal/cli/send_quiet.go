@@ -19,19 +19,17 @@ import (
 // quiet.Policy.Schedule's, which PostgreSQL's enqueue() is tested against
 // (internal/store/postgres/sqlenqueue_quiet_test.go).
 func quietSchedule(p *store.EnqueueParams, override string, id *identity, now time.Time) error {
-	if err := quiet.CheckOverride(override); err != nil {
-		return &store.InvalidError{Field: "quiet_hours", Msg: err.Error()}
-	}
-	p.Payload.QuietHours = override
 	var pol quiet.Policy
 	if id != nil {
 		pol = id.Quiet
 	}
 	row := quiet.Row{To: p.To, Channel: p.Channel, Lane: p.Lane, Purpose: p.Purpose, Override: override}
+	// Schedule checks the override first (quiet.CheckOverride).
 	until, held, err := pol.Schedule(row, now, p.NotBefore, p.NotBeforeIn, p.ExpiresAt, p.ExpiresIn)
 	if err != nil {
 		return &store.InvalidError{Field: "quiet_hours", Msg: err.Error()}
 	}
+	p.Payload.QuietHours = override
 	if held {
 		p.NotBefore, p.NotBeforeIn = until, 0
 	}

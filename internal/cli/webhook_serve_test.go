@@ -90,17 +90,27 @@ func waStatusBody(wamid, status string, ts int64) []byte {
 }
 
 func postSigned(url string, body []byte) (int, error) {
-	req, err := http.NewRequest(http.MethodPost, url+"/webhooks/whatsapp", bytes.NewReader(body))
+	resp, err := postSignedResponse(url, body)
 	if err != nil {
 		return 0, err
+	}
+	return resp.StatusCode, nil
+}
+
+// postSignedResponse posts body to /webhooks/whatsapp signed with the test
+// app secret, and returns the answer (its body closed) for its headers.
+func postSignedResponse(url string, body []byte) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodPost, url+"/webhooks/whatsapp", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
 	}
 	req.Header.Set("X-Hub-Signature-256", verify.SignWhatsApp(body, []byte(testAppSecret)))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	resp.Body.Close()
-	return resp.StatusCode, nil
+	return resp, nil
 }
 
 // acceptedRows enqueues n rows and takes each through a claim and an
@@ -361,16 +371,10 @@ func TestWebhookServeStartsWhileTheStoreIsUnreachable(t *testing.T) {
 	body := waStatusBody(wamids[0], "delivered", 1764410405)
 	post := func() *http.Response {
 		t.Helper()
-		req, err := http.NewRequest(http.MethodPost, base+"/webhooks/whatsapp", bytes.NewReader(body))
+		resp, err := postSignedResponse(base, body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set("X-Hub-Signature-256", verify.SignWhatsApp(body, []byte(testAppSecret)))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
 		return resp
 	}
 	r := post()
