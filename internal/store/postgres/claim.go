@@ -208,17 +208,19 @@ func queueClaimPrelude(b *pgx.Batch, now *time.Time) {
 // unknown, for a person to decide. Both of rules.Expire's answers are
 // passed in ($3 to $6 expired, $7 to $10 abandoned), and the row's
 // maybe_sent picks one. Rows another transaction holds are
-// left for a later claim.
+// left for a later claim. The update finds its rows by their ids (an
+// array, so always the primary key): a join with e could be planned as a
+// scan of all of messages, whose cost grows with every finished row.
 const expireSQL = `WITH e AS (
 	SELECT id, maybe_sent FROM messages WHERE state = 'queued' AND expires_at IS NOT NULL AND expires_at <= coalesce($1::timestamptz, now())
 	LIMIT $2 FOR UPDATE SKIP LOCKED
 ), u AS (
 	UPDATE messages m SET
-		state = CASE WHEN e.maybe_sent THEN $7 ELSE $3 END,
-		reason = CASE WHEN e.maybe_sent THEN $8 ELSE $4 END,
+		state = CASE WHEN m.maybe_sent THEN $7 ELSE $3 END,
+		reason = CASE WHEN m.maybe_sent THEN $8 ELSE $4 END,
 		updated_at = coalesce($1::timestamptz, now())
-	FROM e WHERE m.id = e.id
-	RETURNING m.id, e.maybe_sent
+	WHERE m.id = ANY(ARRAY(SELECT id FROM e))
+	RETURNING m.id, m.maybe_sent
 )
 INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
 SELECT u.id, 'queued',
@@ -233,7 +235,9 @@ FROM u`
 // claimUnpaced is a claim that reserves no slots: one statement selects
 // (SKIP LOCKED), leases and writes the history of the rows, and returns
 // each with the slot a deferral may have left (the later of its
-// identity's and its recipient's).
+// identity's and its recipient's). The lease is written by the locked
+// rows' ids (an array, so always the primary key), never by a join the
+// planner could turn into a scan of the whole table.
 func (s *Store) claimUnpaced(ctx context.Context, p *store.ClaimParams, now *time.Time, horizon time.Duration) ([]store.Claimed, error) {
 	// The statement reads the clock: the lease's time and end are its.
 	lease, err := rules.NewLease(p, time.Time{})
@@ -252,7 +256,7 @@ func (s *Store) claimUnpaced(ctx context.Context, p *store.ClaimParams, now *tim
 ), u AS (
 	UPDATE messages m SET state = ` + arg(string(lease.To)) + `, lease_owner = ` + arg(lease.Owner) + `, lease_until = ` + claimNow + ` + ` + arg(p.LeaseFor.Microseconds()) + `::bigint * interval '1 microsecond',
 		attempts = m.attempts + 1, updated_at = ` + claimNow + `
-	FROM c WHERE m.id = c.id
+	WHERE m.id = ANY(ARRAY(SELECT id FROM c))
 	RETURNING m.*
 ), h AS (
 	INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)

@@ -895,6 +895,14 @@ type checkedTransition struct {
 // An item without a time (at NULL) is written at the server's clock
 // (now(): one reading for the statement), and a retry given as a delay
 // (next_in_us) is scheduled from it.
+//
+// Every table access is by key, whatever the planner's estimates: the
+// update reaches its rows through "m.id = ANY($1)" (the primary key, for
+// exactly the batch's rows) besides the join with v, which on its own
+// was planned as a hash join over all of messages once the table held a
+// few thousand rows; the collision check starts from the rows u changed
+// and probes the (identity, provider_id) index. internal/drain's
+// scale_test.go counts the work per message at two table sizes.
 const transitionSQL = `WITH x AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::boolean[], $6::text[], $7::text[],
 		$8::boolean[], $9::timestamptz[], $10::text[], $11::boolean[], $12::boolean[], $13::text[], $14::text[],
@@ -923,17 +931,17 @@ const transitionSQL = `WITH x AS (
 		last_error = CASE WHEN v.last_error <> '' THEN v.last_error ELSE m.last_error END,
 		resolution = CASE WHEN v.resolution <> '' THEN v.resolution ELSE m.resolution END
 	FROM v
-	WHERE m.id = v.id AND m.state = v.from_state
+	WHERE m.id = ANY($1::text[]) AND m.id = v.id AND m.state = v.from_state
 		AND (v.owner = '' OR (m.lease_owner = v.owner AND (v.lease_until IS NULL OR m.lease_until = v.lease_until)))
-	RETURNING m.id
+	RETURNING m.id, m.identity, v.provider_id AS new_provider_id
 ), c AS (
 	-- A provider id another row of the identity has already (a provider
-	-- that issued it twice) marks that row too: see migration 0008.
+	-- that issued it twice) marks that row too: see migration 0008. Only
+	-- for the rows u changed, by the (identity, provider_id) index.
 	UPDATE messages o SET provider_id_collision = o.id
-	FROM v JOIN messages vm ON vm.id = v.id
-	WHERE v.provider_id <> '' AND o.identity = vm.identity AND o.provider_id = v.provider_id AND o.provider_id <> ''
-		AND o.id <> v.id AND o.provider_id_collision = ''
-		AND (v.owner = '' OR vm.lease_owner = v.owner) AND vm.state = v.from_state
+	FROM u
+	WHERE u.new_provider_id <> '' AND o.identity = u.identity AND o.provider_id = u.new_provider_id
+		AND o.provider_id <> '' AND o.id <> u.id AND o.provider_id_collision = ''
 ), h AS (
 	INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
 	SELECT v.id, v.from_state, v.to_state, v.reason, v.event, v.applied, v.source, v.detail, v.at,

@@ -49,3 +49,19 @@ func (s *Store) RawTxForTest(ctx context.Context, commit bool, stmts ...string) 
 	}
 	return tx.Commit()
 }
+
+// MigrationsAfterForTest is the versions of the embedded migrations after
+// v, in order: what a store at v gets, whatever has been added since.
+func MigrationsAfterForTest(v int) ([]int, error) {
+	ms, err := store.ParseMigrations(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, m := range ms {
+		if m.Version > v {
+			out = append(out, m.Version)
+		}
+	}
+	return out, nil
+}
