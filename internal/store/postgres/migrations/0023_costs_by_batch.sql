@@ -35,3 +35,10 @@ BEGIN
     ORDER BY h.message_id, h.seq, e.id;
     RETURN NULL;
 END $$;
+
+-- A challenge step's message id had the database's default collation,
+-- and messages.id has "C": a comparison of the two could not use
+-- challenge_steps' unique index on it, so every look-up of a message's
+-- step (the trigger above, a challenge tick's join) read challenge_steps
+-- whole. The same collation on both sides makes them index look-ups.
+ALTER TABLE challenge_steps ALTER COLUMN message_id TYPE text COLLATE "C";
