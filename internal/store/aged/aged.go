@@ -34,7 +34,9 @@ type Shape struct {
 	// share), so that what stuck and reconcile must read stays the same
 	// at any size.
 	InFlight int
-	// Identity sends every message (the drain's "sim" in tests).
+	// Identity sends every message (the drain's "sim" in tests). Its
+	// daily recipients (daily_recipients) are those of the last day:
+	// older ones are dropped by every claim under a daily limit.
 	Identity string
 	// Endpoint, when set, has every message's sent and delivered events,
 	// delivered long ago (the endpoint row itself is the caller's).
@@ -142,7 +144,9 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 		`INSERT INTO recipient_pace (identity, recipient, next_at)
 		SELECT identity, '+1444' || lpad((g % 200000)::text, 7, '0'), max(created) FROM aged_src GROUP BY 1, 2`,
 		`INSERT INTO daily_recipients (identity, recipient, last_at)
-		SELECT identity, '+1444' || lpad((g % 200000)::text, 7, '0'), max(created) FROM aged_src GROUP BY 1, 2`,
+		SELECT identity, '+1444' || lpad((g % 200000)::text, 7, '0'), max(created) FROM aged_src
+		WHERE created > (SELECT max(created) FROM aged_src) - interval '23 hours' GROUP BY 1, 2`,
+		`INSERT INTO daily_counts (identity, recipients) SELECT identity, count(*) FROM daily_recipients GROUP BY identity`,
 		`INSERT INTO opt_outs (identity, recipient, opted_out, source, changed_at, recorded_at)
 		SELECT identity, '+1444' || lpad((g % 200000)::text, 7, '0'), true, 'inbound STOP', max(created), max(created)
 		FROM aged_src WHERE g % 100 = 7 GROUP BY 1, 2`,
@@ -289,7 +293,8 @@ func SQLite(ctx context.Context, db *sql.DB, sh Shape) error {
 		`INSERT INTO recipient_pace (identity, recipient, next_at)
 		SELECT ?5, ` + rcpt + `, max(created) FROM temp.aged_src GROUP BY 2`,
 		`INSERT INTO daily_recipients (identity, recipient, last_at)
-		SELECT ?5, ` + rcpt + `, max(created) FROM temp.aged_src GROUP BY 2`,
+		SELECT ?5, ` + rcpt + `, max(created) FROM temp.aged_src
+		WHERE created > (SELECT max(created) FROM temp.aged_src) - 23 * 3600 * ?7 GROUP BY 2`,
 		`INSERT INTO opt_outs (identity, recipient, opted_out, source, changed_at, recorded_at)
 		SELECT ?5, ` + rcpt + `, 1, 'inbound STOP', max(created), max(created)
 		FROM temp.aged_src WHERE g % 100 = 7 GROUP BY 2`,

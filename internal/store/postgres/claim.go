@@ -153,12 +153,15 @@ func unpaced(limits map[string]store.Pacing) bool {
 // its identity not paused, and its recipient (PaceDefer, or a paced claim)
 // not held beyond the horizon. Rows held back are left out here, not
 // after the LIMIT: a recipient with a long queue must not starve everyone
-// behind it. $1 is now (NULL: the server's clock, claimNow) and $2 the
+// behind it. The recipient's slot is looked up per candidate by its key
+// (OFFSET 0 keeps the planner from turning the NOT EXISTS into an
+// anti-join, which it planned as a read of all of recipient_pace: a row
+// for every recipient ever paced). $1 is now (NULL: the server's clock, claimNow) and $2 the
 // horizon in microseconds (claimHorizonEnd).
 func claimWhere(p *store.ClaimParams, now *time.Time, horizon time.Duration) (string, []any) {
 	where := []string{"state = 'queued'", "next_attempt_at <= " + claimNow, "(expires_at IS NULL OR expires_at > " + claimNow + ")",
 		"identity NOT IN (SELECT name FROM identities WHERE paused)",
-		"NOT EXISTS (SELECT 1 FROM recipient_pace rp WHERE rp.identity = messages.identity AND rp.recipient = messages.recipient AND rp.next_at >= " + claimHorizonEnd + ")"}
+		"NOT EXISTS (SELECT 1 FROM recipient_pace rp WHERE rp.identity = messages.identity AND rp.recipient = messages.recipient AND rp.next_at >= " + claimHorizonEnd + " OFFSET 0)"}
 	args := []any{now, horizon.Microseconds()}
 	if p.Lane != "" {
 		args = append(args, p.Lane)
@@ -395,12 +398,18 @@ func loadPace(ctx context.Context, tx pgx.Tx, cands []*store.Message, limits map
 		}
 	}
 	if len(pairs) > 0 {
+		// One primary-key look-up per pair whatever the table's size (it
+		// keeps a row for every recipient ever paced): a join with the
+		// pairs, or "= ANY" of them, was planned as a read of all of
+		// recipient_pace once a claim had a few hundred recipients.
+		// (LATERAL ... OFFSET 0 keeps the pairs on the outer side.)
 		idents, rcpts := make([]string, len(pairs)), make([]string, len(pairs))
 		for i, k := range pairs {
 			idents[i], rcpts[i] = k.Identity, k.Recipient
 		}
-		rs, err := tx.Query(ctx, "SELECT identity, recipient, next_at FROM recipient_pace WHERE (identity, recipient) IN "+
-			"(SELECT i, r FROM unnest($1::text[], $2::text[]) AS u(i, r))", idents, rcpts)
+		rs, err := tx.Query(ctx, "SELECT rp.identity, rp.recipient, rp.next_at FROM unnest($1::text[], $2::text[]) AS u(i, r) "+
+			"CROSS JOIN LATERAL (SELECT identity, recipient, next_at FROM recipient_pace WHERE identity = u.i AND recipient = u.r OFFSET 0) rp",
+			idents, rcpts)
 		if err != nil {
 			return nil, fmt.Errorf("postgres: claim pacing: %w", err)
 		}

@@ -18,10 +18,18 @@ func loadDaily(ctx context.Context, tx *sql.Tx, cands []*store.Message, limits m
 	ids, pairs := d.Need(cands)
 	since := micros(now.Add(-store.DailyWindow))
 	for _, id := range ids {
+		// The count is kept, not counted (daily_counts, kept by triggers
+		// on daily_recipients; migration 0023): the recipients that left
+		// the window are dropped first, so the rows left are the count.
+		// A count(*) over the window read up to a whole day's recipients
+		// on every claim.
+		if _, err := tx.ExecContext(ctx, "DELETE FROM daily_recipients WHERE identity = ? AND last_at <= ?", id, since); err != nil {
+			return nil, fmt.Errorf("sqlite: claim daily recipients: %w", err)
+		}
 		var n int
 		var oldest sql.NullInt64
-		if err := tx.QueryRowContext(ctx, "SELECT count(*), min(last_at) FROM daily_recipients WHERE identity = ? AND last_at > ?",
-			id, since).Scan(&n, &oldest); err != nil {
+		if err := tx.QueryRowContext(ctx, "SELECT coalesce((SELECT recipients FROM daily_counts WHERE identity = ?1), 0), "+
+			"(SELECT min(last_at) FROM daily_recipients WHERE identity = ?1)", id).Scan(&n, &oldest); err != nil {
 			return nil, fmt.Errorf("sqlite: claim daily recipients: %w", err)
 		}
 		var o time.Time
@@ -58,9 +66,8 @@ func loadDaily(ctx context.Context, tx *sql.Tx, cands []*store.Message, limits m
 	return d, nil
 }
 
-// saveDaily records the recipients the claim messaged, moves the rows the
-// limit held to when a place may free, and drops recipients that left the
-// window.
+// saveDaily records the recipients the claim messaged and moves the rows
+// the limit held to when a place may free.
 func saveDaily(ctx context.Context, tx *sql.Tx, d *store.DailyLimiter, now time.Time) error {
 	for _, k := range d.Taken() {
 		if _, err := tx.ExecContext(ctx, "INSERT INTO daily_recipients (identity, recipient, last_at) VALUES (?, ?, ?) "+
@@ -80,12 +87,6 @@ func saveDaily(ctx context.Context, tx *sql.Tx, d *store.DailyLimiter, now time.
 			return fmt.Errorf("sqlite: claim daily hold: %w", err)
 		}
 	}
-	for _, id := range d.Identities() {
-		if _, err := tx.ExecContext(ctx, "DELETE FROM daily_recipients WHERE identity = ? AND last_at <= ?",
-			id, micros(now.Add(-store.DailyWindow))); err != nil {
-			return fmt.Errorf("sqlite: claim daily recipients: %w", err)
-		}
-	}
 	return nil
 }
 
@@ -94,8 +95,11 @@ func (s *Store) DailyRecipientsUsed(ctx context.Context, identities []string) (m
 	out := map[string]int{}
 	since := micros(s.now().Add(-store.DailyWindow))
 	for _, id := range identities {
+		// The kept count, less the recipients that left the window since
+		// the identity's last claim dropped them.
 		var n int
-		if err := s.r.QueryRowContext(ctx, "SELECT count(*) FROM daily_recipients WHERE identity = ? AND last_at > ?", id, since).Scan(&n); err != nil {
+		if err := s.r.QueryRowContext(ctx, "SELECT coalesce((SELECT recipients FROM daily_counts WHERE identity = ?1), 0) - "+
+			"(SELECT count(*) FROM daily_recipients WHERE identity = ?1 AND last_at <= ?2)", id, since).Scan(&n); err != nil {
 			return nil, fmt.Errorf("sqlite: daily recipients: %w", err)
 		}
 		out[id] = n

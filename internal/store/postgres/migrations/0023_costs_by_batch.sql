@@ -42,3 +42,14 @@ END $$;
 -- step (the trigger above, a challenge tick's join) read challenge_steps
 -- whole. The same collation on both sides makes them index look-ups.
 ALTER TABLE challenge_steps ALTER COLUMN message_id TYPE text COLLATE "C";
+
+-- Each identity's count of recipients in daily_recipients, kept by the
+-- claims that add and drop them (internal/store/postgres/daily.go): a
+-- claim under a daily limit read it with a count(*) over the day's
+-- recipients, up to a whole messaging tier (100,000) on every claim.
+CREATE TABLE daily_counts (
+    identity   text   NOT NULL PRIMARY KEY,
+    recipients bigint NOT NULL
+);
+INSERT INTO daily_counts (identity, recipients)
+SELECT identity, count(*) FROM daily_recipients GROUP BY identity;
