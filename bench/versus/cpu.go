@@ -121,19 +121,25 @@ func (m *cpuMeter) stop() (client, server time.Duration) {
 	return client, server
 }
 
-// writeCPU prints the CPU per message of the work phase and of the
+// writeCPU prints the CPU per message of the work phases and of the
 // one-at-a-time insert, median of the runs, per store and side. On a
 // loaded machine it moves less than the rates do.
 func writeCPU(w io.Writer, o *Options, res *results) {
 	if len(res.cpu) == 0 {
 		return
 	}
-	for _, kind := range []string{"work", "one"} {
-		title := map[string]string{"work": "while working", "one": "inserting one at a time"}[kind]
+	for _, kind := range []string{"work", "one", "aged", "endpoint"} {
+		title := map[string]string{"work": "while working", "one": "inserting one at a time",
+			"aged":     fmt.Sprintf("while working beside %s finished rows", thousands(float64(o.Aged))),
+			"endpoint": "of msgq's drain with one event endpoint and without"}[kind]
+		sides := []string{"River", "msgq"}
+		if kind == "endpoint" {
+			sides = []string{withEndpoint, withoutEndpoint}
+		}
 		header := false
 		for _, st := range o.Stores {
 			var parts []string
-			for _, sd := range []string{"River", "msgq"} {
+			for _, sd := range sides {
 				c := res.cpu[workload{st, kind}][sd]
 				if c == nil || len(c.client) == 0 {
 					continue

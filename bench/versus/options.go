@@ -21,6 +21,9 @@ type Options struct {
 	// One is how many rows the one-at-a-time insert writes (each its own
 	// transaction, so it is kept smaller than N).
 	One int
+	// Aged is how many finished rows the aged workload's queues hold
+	// before its N new rows are worked.
+	Aged int
 	// Batch is how many rows one bulk insert call takes, on both sides.
 	Batch int
 	// Runs is how many times each side runs each workload.
@@ -36,7 +39,7 @@ type Options struct {
 	// Stores is which stores to measure: postgres, sqlite or both.
 	Stores []string
 	// Workloads is which workloads to run: bulk, work (which works the
-	// bulk insert's rows, so it needs bulk) and one.
+	// bulk insert's rows, so it needs bulk), one, aged and endpoint.
 	Workloads []string
 	// ProfileDir, when set, receives a CPU profile of every timed drain
 	// and every timed River work phase.
@@ -51,6 +54,9 @@ func (o *Options) Validate() error {
 	}
 	if o.One < 0 {
 		errs = append(errs, fmt.Errorf("-one must be 0 (skip) or more (got %d)", o.One))
+	}
+	if o.Aged < 1 && o.runs("aged") {
+		errs = append(errs, fmt.Errorf("-aged must be at least 1 when the aged workload runs (got %d)", o.Aged))
 	}
 	if o.Batch < 1 {
 		errs = append(errs, fmt.Errorf("-batch must be at least 1 (got %d)", o.Batch))
@@ -77,13 +83,13 @@ func (o *Options) Validate() error {
 	}
 	for _, w := range o.Workloads {
 		switch w {
-		case "bulk", "one":
+		case "bulk", "one", "aged", "endpoint":
 		case "work":
 			if !o.runs("bulk") {
 				errs = append(errs, errors.New("-workloads: work needs bulk (it works the rows the bulk insert wrote)"))
 			}
 		default:
-			errs = append(errs, fmt.Errorf("-workloads: unknown workload %q (bulk, work or one)", w))
+			errs = append(errs, fmt.Errorf("-workloads: unknown workload %q (bulk, work, one, aged or endpoint)", w))
 		}
 	}
 	if len(o.Workloads) == 0 {
@@ -122,13 +128,22 @@ Workloads, per store:
                    worker; msgq's drain against its in-process simulator with
                    zero latency (a durable claim before each call, an attempt
                    row and history rows after it)
+  aged             work / drain of N new rows in a queue that already holds
+                   -aged finished rows: River's completed jobs, msgq's
+                   messages with their history and attempts, created over
+                   90 days (filled with SQL, untimed, per run and side)
+  endpoint         msgq only: the drain of N rows with one event endpoint
+                   registered for their tenant against the same drain
+                   without (no dispatcher runs: only the outbox rows are
+                   written); the ratio is with/without
 
--workloads picks some of them: bulk, work (needs bulk) and one.
+-workloads picks some of them: bulk, work (needs bulk), one, aged and endpoint.
 
 Examples:
   versus -postgres postgres://postgres@127.0.0.1:5432/test?sslmode=disable
   versus -workloads one -one 2000 -stores postgres
   versus -n 2000 -one 200 -runs 1 -stores sqlite
+  versus -workloads aged,endpoint -aged 20000 -n 2000 -runs 1
   versus -concurrency 256 -profile /tmp/versus-prof
 
 Flags:
@@ -164,12 +179,13 @@ func parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.IntVar(&o.N, "n", 20_000, "rows per bulk insert, and so per drain / work phase")
 	fs.IntVar(&o.One, "one", 1_000, "rows per one-at-a-time insert (0 skips that workload)")
 	fs.IntVar(&o.Batch, "batch", 4096, "rows per bulk insert call, both sides")
+	fs.IntVar(&o.Aged, "aged", 1_000_000, "finished rows beside the aged workload's N new ones, per queue")
 	fs.IntVar(&o.Runs, "runs", 5, "runs per side and workload")
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "River's MaxWorkers and msgq's drain concurrency")
 	fs.StringVar(&o.PostgresURL, "postgres", os.Getenv("MSGQ_BENCH_POSTGRES_URL"), "PostgreSQL URL both sides use (default $MSGQ_BENCH_POSTGRES_URL)")
 	fs.StringVar(&o.Dir, "dir", "", "directory for the SQLite files (default: a new one under $TMPDIR)")
 	fs.StringVar(&stores, "stores", "postgres,sqlite", "stores to measure, comma-separated")
-	fs.StringVar(&workloads, "workloads", "bulk,work,one", "workloads to run, comma-separated: bulk, work (needs bulk), one")
+	fs.StringVar(&workloads, "workloads", "bulk,work,one,aged,endpoint", "workloads to run, comma-separated: bulk, work (needs bulk), one, aged, endpoint")
 	fs.StringVar(&o.ProfileDir, "profile", "", "directory for CPU profiles of each timed drain and River work phase")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,8 +22,12 @@ import (
 )
 
 // riverSide opens River queues: a fresh schema or a fresh file per queue,
-// migrated by River's own migrator.
-type riverSide struct{ o *Options }
+// migrated by River's own migrator, or a copy of its aged template.
+type riverSide struct {
+	o *Options
+	// aged is the aged template per store: a database name or a file.
+	aged map[string]string
+}
 
 func (riverSide) name() string { return "River" }
 
@@ -33,50 +38,152 @@ type noopWorker struct {
 
 func (noopWorker) Work(context.Context, *river.Job[messageArgs]) error { return nil }
 
-func (r riverSide) open(ctx context.Context, st string, seq int) (queue, error) {
+func (r riverSide) open(ctx context.Context, st string, seq int, f fill) (queue, error) {
 	switch st {
 	case storePostgres:
-		schema := fmt.Sprintf("versus_river_%d_%d", time.Now().UnixNano(), seq)
-		if err := createSchema(ctx, r.o.PostgresURL, schema); err != nil {
-			return nil, err
-		}
-		app := appName(r.name(), seq)
-		pool, err := pgxpool.New(ctx, withApp(r.o.PostgresURL, app))
-		if err != nil {
-			return nil, errors.Join(err, dropSchema(r.o.PostgresURL, schema))
-		}
-		cleanup := func() (tally, error) { pool.Close(); return tallyAndDrop(r.o.PostgresURL, schema) }
-		q, err := newRiverQueue(ctx, r.o, riverpgxv5.New(pool), schema, app, cleanup)
-		if err != nil {
-			_, cerr := cleanup()
-			return nil, errors.Join(err, cerr)
-		}
-		return q, nil
+		return r.openPostgres(ctx, seq, f)
 	case storeSQLite:
-		path := filepath.Join(r.o.Dir, fmt.Sprintf("river-%d.db", seq))
-		// The durability msgq's store runs with: WAL, synchronous=FULL (an
-		// fsync per commit), and the single connection River's driver
-		// documentation advises for SQLite.
-		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+		return r.openSQLite(ctx, seq, f)
+	}
+	return nil, fmt.Errorf("unknown store %q", st)
+}
+
+func (r riverSide) openPostgres(ctx context.Context, seq int, f fill) (queue, error) {
+	url, schema := r.o.PostgresURL, fmt.Sprintf("versus_river_%d_%d", time.Now().UnixNano(), seq)
+	var drop func() (tally, error)
+	if f.aged > 0 {
+		db, err := copyDatabase(ctx, r.o.PostgresURL, r.aged[storePostgres], seq)
 		if err != nil {
 			return nil, err
 		}
-		db.SetMaxOpenConns(1)
-		var mode string
-		var sync int
-		if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
-			return nil, errors.Join(fmt.Errorf("river sqlite: journal_mode %q, want wal", mode), err, db.Close())
+		url, schema = withDB(url, db), agedSchema
+		drop = func() (tally, error) { return nil, dropDatabase(r.o.PostgresURL, db) }
+	} else {
+		if err := createSchema(ctx, url, schema); err != nil {
+			return nil, err
 		}
-		if err := db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil || sync != 2 {
-			return nil, errors.Join(fmt.Errorf("river sqlite: synchronous %d, want 2 (FULL)", sync), err, db.Close())
+		drop = func() (tally, error) { return tallyAndDrop(url, schema) }
+	}
+	app := appName(r.name(), seq)
+	pool, err := pgxpool.New(ctx, withApp(url, app))
+	if err != nil {
+		_, derr := drop()
+		return nil, errors.Join(err, derr)
+	}
+	cleanup := func() (tally, error) { pool.Close(); return drop() }
+	q, err := newRiverQueue(ctx, r.o, riverpgxv5.New(pool), schema, app, f, cleanup)
+	if err != nil {
+		_, cerr := cleanup()
+		return nil, errors.Join(err, cerr)
+	}
+	return q, nil
+}
+
+func (r riverSide) openSQLite(ctx context.Context, seq int, f fill) (queue, error) {
+	path := filepath.Join(r.o.Dir, fmt.Sprintf("river-%d.db", seq))
+	if f.aged > 0 {
+		if err := copyFile(r.aged[storeSQLite], path); err != nil {
+			return nil, errors.Join(err, removeSQLite(path))
 		}
-		cleanup := func() (tally, error) { return nil, errors.Join(db.Close(), removeSQLite(path)) }
-		q, err := newRiverQueue(ctx, r.o, riversqlite.New(db), "", "", cleanup)
+	}
+	db, err := openRiverSQLite(ctx, path)
+	if err != nil {
+		return nil, errors.Join(err, removeSQLite(path))
+	}
+	cleanup := func() (tally, error) { return nil, errors.Join(db.Close(), removeSQLite(path)) }
+	q, err := newRiverQueue(ctx, r.o, riversqlite.New(db), "", "", f, cleanup)
+	if err != nil {
+		_, cerr := cleanup()
+		return nil, errors.Join(err, cerr)
+	}
+	return q, nil
+}
+
+// openRiverSQLite opens River's database at path with the durability
+// msgq's store runs with: WAL, synchronous=FULL (an fsync per commit), and
+// the single connection River's driver documentation advises for SQLite.
+func openRiverSQLite(ctx context.Context, path string) (*sql.DB, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	var mode string
+	var sync int
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		return nil, errors.Join(fmt.Errorf("river sqlite: journal_mode %q, want wal", mode), err, db.Close())
+	}
+	if err := db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil || sync != 2 {
+		return nil, errors.Join(fmt.Errorf("river sqlite: synchronous %d, want 2 (FULL)", sync), err, db.Close())
+	}
+	return db, nil
+}
+
+// template fills, untimed, the queue with n completed jobs whose copies
+// the aged workload's runs on store st start from, and returns what
+// removes it.
+func (r riverSide) template(ctx context.Context, st string, n int) (func() error, error) {
+	switch st {
+	case storePostgres:
+		db, err := createDatabase(ctx, r.o.PostgresURL, "versus_aged_river")
 		if err != nil {
-			_, cerr := cleanup()
-			return nil, errors.Join(err, cerr)
+			return nil, err
 		}
-		return q, nil
+		remove := func() error { return dropDatabase(r.o.PostgresURL, db) }
+		url := withDB(r.o.PostgresURL, db)
+		err = func() error {
+			if err := createSchema(ctx, url, agedSchema); err != nil {
+				return err
+			}
+			pool, err := pgxpool.New(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			q, err := newRiverQueue(ctx, r.o, riverpgxv5.New(pool), agedSchema, "", fill{aged: n}, nil)
+			if err != nil {
+				return err
+			}
+			c, err := pgx.Connect(ctx, url)
+			if err != nil {
+				return err
+			}
+			defer c.Close(ctx)
+			if err := fillRiverPostgres(ctx, c, agedSchema, n, time.Now()); err != nil {
+				return err
+			}
+			return q.checkAged(ctx, n, func(q string) (n int, err error) {
+				return n, c.QueryRow(ctx, strings.ReplaceAll(q, "river_job", pgx.Identifier{agedSchema, "river_job"}.Sanitize())).Scan(&n)
+			})
+		}()
+		if err != nil {
+			return nil, errors.Join(err, remove())
+		}
+		r.aged[st] = db
+		return remove, nil
+	case storeSQLite:
+		path := filepath.Join(r.o.Dir, "river-aged.db")
+		remove := func() error { return removeSQLite(path) }
+		err := func() error {
+			db, err := openRiverSQLite(ctx, path)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			q, err := newRiverQueue(ctx, r.o, riversqlite.New(db), "", "", fill{aged: n}, nil)
+			if err != nil {
+				return err
+			}
+			if err := fillRiverSQLite(ctx, db, n, time.Now()); err != nil {
+				return err
+			}
+			return q.checkAged(ctx, n, func(q string) (n int, err error) { return n, db.QueryRowContext(ctx, q).Scan(&n) })
+		}()
+		if err != nil {
+			return nil, errors.Join(err, remove())
+		}
+		r.aged[st] = path
+		return remove, nil
 	}
 	return nil, fmt.Errorf("unknown store %q", st)
 }
@@ -90,7 +197,31 @@ type riverQueue[TTx any] struct {
 	tally   tally
 }
 
-func newRiverQueue[TTx any](ctx context.Context, o *Options, driver riverdriver.Driver[TTx], schema, app string, cleanup func() (tally, error)) (*riverQueue[TTx], error) {
+// checkAged checks, untimed, that the n aged jobs are there, completed,
+// and that River takes a new insert of the first's or the last's args for
+// a duplicate: their unique keys are River's own. count runs a count(*)
+// query on river_job.
+func (q *riverQueue[TTx]) checkAged(ctx context.Context, n int, count func(q string) (int, error)) error {
+	got, err := count("SELECT count(*) FROM river_job WHERE state = 'completed'")
+	if err != nil {
+		return err
+	}
+	if got != n {
+		return fmt.Errorf("aged fill: %d completed jobs, want %d", got, n)
+	}
+	for _, g := range []int{1, n} {
+		res, err := q.client.Insert(ctx, agedArgs(g), nil)
+		if err != nil {
+			return err
+		}
+		if !res.UniqueSkippedAsDuplicate {
+			return fmt.Errorf("aged fill: River took a new insert of aged job %d's args for a new job: the filled unique keys are not River's", g)
+		}
+	}
+	return nil
+}
+
+func newRiverQueue[TTx any](ctx context.Context, o *Options, driver riverdriver.Driver[TTx], schema, app string, f fill, cleanup func() (tally, error)) (*riverQueue[TTx], error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema, Logger: logger})
 	if err != nil {
@@ -101,7 +232,16 @@ func newRiverQueue[TTx any](ctx context.Context, o *Options, driver riverdriver.
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, noopWorker{})
+	var retention time.Duration // River's default, 24 hours
+	if f.aged > 0 {
+		// Keep the aged jobs, as a River set to keep 100 days of them
+		// would: with the default its job cleaner would delete every job
+		// finished over 24 hours ago while the new ones are worked. The
+		// cleaner still runs, and finds nothing to delete.
+		retention = agedRetention
+	}
 	client, err := river.NewClient(driver, &river.Config{
+		CompletedJobRetentionPeriod: retention,
 		// River's own benchmark (cmd/river bench) tunes these for
 		// throughput: the defaults (100 ms and 1 s) would cap a queue of 64
 		// workers at a few hundred jobs per second.

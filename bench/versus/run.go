@@ -20,9 +20,25 @@ import (
 // side is one queue implementation under test.
 type side interface {
 	name() string
-	// open makes a fresh, migrated, empty queue on store st; seq makes
-	// its schema or file name unique.
-	open(ctx context.Context, st string, seq int) (queue, error)
+	// open makes a fresh, migrated queue on store st, empty but for what
+	// f asks; seq makes its schema or file name unique.
+	open(ctx context.Context, st string, seq int, f fill) (queue, error)
+	// template fills, untimed, the side's queue of n finished rows on
+	// store st that open copies for each run of the aged workload, and
+	// returns what removes it.
+	template(ctx context.Context, st string, n int) (remove func() error, err error)
+}
+
+// fill is what a queue holds, or has, before a workload starts; filling
+// is never timed.
+type fill struct {
+	// aged is how many finished rows the queue already holds: msgq's
+	// messages with their history and attempts (internal/store/aged),
+	// River's completed jobs. The queue is a copy of the side's template.
+	aged int
+	// endpoint registers an event endpoint for the rows' tenant (msgq
+	// only): every outcome then also writes an event into the outbox.
+	endpoint bool
 }
 
 // queue is one fresh queue of a side.
@@ -53,8 +69,14 @@ func appName(side string, seq int) string {
 // workload names one row of the table.
 type workload struct {
 	store string
-	kind  string // bulk, one, work
+	kind  string // bulk, one, work, aged, endpoint
 }
+
+// The sides of the endpoint workload, both msgq.
+const (
+	withEndpoint    = "with"
+	withoutEndpoint = "without"
+)
 
 // results holds every run's rate per workload and side.
 type results struct {
@@ -107,7 +129,28 @@ func run(ctx context.Context, o *Options, stdout, stderr io.Writer) error {
 	}
 	env := environment(ctx, o)
 	fmt.Fprintf(stderr, "versus: load average %s\n", env.loadBefore)
-	sides := []side{riverSide{o}, msgqSide{o}}
+	sides := []side{riverSide{o: o, aged: map[string]string{}}, msgqSide{o: o, aged: map[string]string{}}}
+	if o.runs("aged") {
+		// Filling a million rows takes minutes: each side's is filled once
+		// per store and copied for every run, so each run starts from the
+		// same rows.
+		for _, st := range o.Stores {
+			for _, sd := range sides {
+				start := time.Now()
+				remove, err := sd.template(ctx, st, o.Aged)
+				if err != nil {
+					return fmt.Errorf("%s on %s: aged template: %w", sd.name(), st, err)
+				}
+				defer func() {
+					if err := remove(); err != nil {
+						fmt.Fprintf(stderr, "versus: removing %s's aged template on %s: %v\n", sd.name(), st, err)
+					}
+				}()
+				fmt.Fprintf(stderr, "%-6s %-8s aged template of %d finished rows filled (untimed) in %s, %s\n",
+					st, sd.name(), o.Aged, time.Since(start).Round(time.Millisecond), templateSize(ctx, o, st, sd))
+			}
+		}
+	}
 	res := newResults()
 	seq := 0
 	for r := 1; r <= o.Runs; r++ {
@@ -143,17 +186,78 @@ func measure(ctx context.Context, o *Options, sd side, st string, r, seq int, re
 			return err
 		}
 	}
-	if !o.runs("one") || o.One == 0 {
-		return nil
+	if o.runs("one") && o.One > 0 {
+		if err := measureOne(ctx, o, sd, st, r, seq, res, stderr); err != nil {
+			return err
+		}
 	}
-	return measureOne(ctx, o, sd, st, r, seq, res, stderr)
+	if o.runs("aged") {
+		err := measureDrain(ctx, o, sd, st, r, seq+2<<20, fill{aged: o.Aged}, workload{st, "aged"}, sd.name(), rows(r+2<<16, o.N), res, stderr)
+		if err != nil {
+			return fmt.Errorf("beside %d finished rows: %w", o.Aged, err)
+		}
+	}
+	if o.runs("endpoint") && sd.name() == "msgq" {
+		// With and without in turn, the first alternating as the sides do.
+		order := []bool{false, true}
+		if r%2 == 0 {
+			order = []bool{true, false}
+		}
+		for i, ep := range order {
+			label := map[bool]string{true: withEndpoint, false: withoutEndpoint}[ep]
+			err := measureDrain(ctx, o, sd, st, r, seq+(3+i)<<20, fill{endpoint: ep}, workload{st, "endpoint"}, label, rows(r+3<<16, o.N), res, stderr)
+			if err != nil {
+				return fmt.Errorf("drain %s an endpoint: %w", label, err)
+			}
+		}
+	}
+	return nil
+}
+
+// measureDrain works rs, written untimed into a fresh queue filled as f
+// says, and adds the rate to wl's column label.
+func measureDrain(ctx context.Context, o *Options, sd side, st string, r, seq int, f fill, wl workload, label string, rs []row, res *results, stderr io.Writer) error {
+	start := time.Now()
+	q, err := sd.open(ctx, st, seq, f)
+	if err != nil {
+		return err
+	}
+	err = func() error {
+		replayed, err := q.insertMany(ctx, rs)
+		if err != nil {
+			return fmt.Errorf("insert: %w", err)
+		}
+		if replayed != 0 {
+			return fmt.Errorf("insert: %d of %d new rows taken for duplicates", replayed, len(rs))
+		}
+		fmt.Fprintf(stderr, "run %d %-6s %-8s %-8s set up (untimed) in %s\n", r, st, label, wl.kind, time.Since(start).Round(time.Millisecond))
+		stopProfile, err := profile(o, fmt.Sprintf("%s-%s-%s-%d.pprof", strings.ToLower(label), wl.kind, st, r))
+		if err != nil {
+			return err
+		}
+		meter := startCPU(o.PostgresURL, q.app())
+		d, err := q.work(ctx, len(rs))
+		cl, sv := meter.stop()
+		stopProfile()
+		if err != nil {
+			return fmt.Errorf("work: %w", err)
+		}
+		res.add(wl, label, rate(len(rs), d))
+		res.addCPU(wl, label, len(rs), cl, sv)
+		fmt.Fprintf(stderr, "run %d %-6s %-8s %-8s %7d msgs in %8s: %8.0f msgs/s\n", r, st, label, wl.kind, len(rs), d.Round(time.Millisecond), rate(len(rs), d))
+		return nil
+	}()
+	if cerr := q.close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("close: %w", cerr))
+	}
+	return err
 }
 
 // measureBulk runs the bulk insert, and then the work phase over its rows
 // when o.Workloads has work, on a fresh queue.
 func measureBulk(ctx context.Context, o *Options, sd side, st string, r, seq int, res *results, stderr io.Writer) error {
 	rs := rows(r, o.N)
-	q, err := sd.open(ctx, st, seq)
+	q, err := sd.open(ctx, st, seq, fill{})
 	if err != nil {
 		return err
 	}
@@ -209,7 +313,7 @@ func measureBulk(ctx context.Context, o *Options, sd side, st string, r, seq int
 // fresh queue.
 func measureOne(ctx context.Context, o *Options, sd side, st string, r, seq int, res *results, stderr io.Writer) error {
 	rs := rows(r+1<<16, o.One)
-	q, err := sd.open(ctx, st, seq+1<<20)
+	q, err := sd.open(ctx, st, seq+1<<20, fill{})
 	if err != nil {
 		return err
 	}
@@ -298,8 +402,8 @@ func environment(ctx context.Context, o *Options) *env {
 func (e *env) write(w io.Writer, o *Options) {
 	fmt.Fprintf(w, "msgq (this checkout) against River %s, %s, %s\n", e.riverVer, e.started.UTC().Format("2006-01-02 15:04 MST"), time.Since(e.started).Round(time.Second))
 	fmt.Fprintf(w, "machine: %s; PostgreSQL %s; SQLite %s\n", e.machine, e.postgres, e.sqlite)
-	fmt.Fprintf(w, "n %d, one-at-a-time %d, batch %d, concurrency %d (River MaxWorkers = msgq drain concurrency), %d run(s) per side, alternating\n",
-		o.N, o.One, o.Batch, o.Concurrency, o.Runs)
+	fmt.Fprintf(w, "n %d, one-at-a-time %d, batch %d, aged %d, concurrency %d (River MaxWorkers = msgq drain concurrency), %d run(s) per side, alternating\n",
+		o.N, o.One, o.Batch, o.Aged, o.Concurrency, o.Runs)
 	fmt.Fprintf(w, "load average (1, 5, 15 min): %s before, %s after\n\n", e.loadBefore, e.loadAfter)
 }
 

@@ -6,8 +6,18 @@ package main
 import (
 	"context"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/msgq/msgq/bench/versus"
 )
 
-func main() { os.Exit(versus.Main(context.Background(), os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	// An interrupt ends the run where it is and still removes what it
+	// made: schemas, files and the aged workload's template databases (a
+	// few GiB at the default size).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := versus.Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
