@@ -184,6 +184,16 @@ const (
 	claimHorizonEnd = "(" + claimNow + " + $2::bigint * interval '1 microsecond')"
 )
 
+// claimSettingsSQL is the claim transaction's planner settings (see
+// queueClaimPrelude). With sorts off, any plan that sorts (a trigger's
+// ORDER BY, fired by the claim's history rows) is priced at about 1e10,
+// far past jit_above_cost, and PostgreSQL then compiled it with LLVM on
+// every claim: 1 to 2 s of server CPU a claim once an event endpoint
+// existed. The claim's statements are a few index look-ups; JIT never
+// pays for them, so it is off too.
+const claimSettingsSQL = "SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true), " +
+	"set_config('jit', 'off', true)"
+
 // queueClaimPrelude queues what every claim does first: steer the planner
 // to messages_due, and end the queued rows whose deadline has passed.
 //
@@ -194,7 +204,7 @@ const (
 // say so. (Turning off sequential scans as well made claims far slower:
 // the small tables' scans are the right plans.)
 func queueClaimPrelude(b *pgx.Batch, now *time.Time) {
-	b.Queue("SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)")
+	b.Queue(claimSettingsSQL)
 	expired, err1 := rules.Expire(false)
 	abandoned, err2 := rules.Expire(true)
 	if err := errors.Join(err1, err2); err != nil {
