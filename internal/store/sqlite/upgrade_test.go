@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,9 +41,9 @@ func TestAStoreFromC946b42OpensAndMigratesNothing(t *testing.T) {
 	}
 	defer s.Close()
 	applied, err := s.Migrate(ctx)
-	// Only what came after c946b42 (0012 opt-outs, 0013 daily recipients, 0014 challenges, 0015 API keys, 0016 events, 0017 SQL enqueue, 0018 its CLI parity, 0019 its Unicode phone numbers, 0020 its quiet hours); nothing runs again.
-	if err != nil || !reflect.DeepEqual(applied, []int{12, 13, 14, 15, 16, 17, 18, 19, 20}) {
-		t.Fatalf("migrating a c946b42 store applied %v, %v; want [12 13 14 15 16 17 18 19 20] (what came after it)", applied, err)
+	// Only what came after c946b42 (0012 opt-outs, 0013 daily recipients, 0014 challenges, 0015 API keys, 0016 events, 0017 SQL enqueue, 0018 its CLI parity, 0019 its Unicode phone numbers, 0020 its quiet hours, 0021 webhook dedupe keys); nothing runs again.
+	if err != nil || !reflect.DeepEqual(applied, []int{12, 13, 14, 15, 16, 17, 18, 19, 20, 21}) {
+		t.Fatalf("migrating a c946b42 store applied %v, %v; want [12 13 14 15 16 17 18 19 20 21] (what came after it)", applied, err)
 	}
 	storetest.FixtureC946b42(t, s, time.Now())
 }
@@ -65,8 +66,31 @@ func TestAStoreFromBeforeVitalsGetsTheRestOnce(t *testing.T) {
 		}
 	}
 	applied, err := s.Migrate(ctx)
-	if err != nil || !reflect.DeepEqual(applied, []int{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}) {
-		t.Fatalf("migrating a version-9 store applied %v, %v; want [10 11 12 13 14 15 16 17 18 19 20]", applied, err)
+	if err != nil || !reflect.DeepEqual(applied, []int{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}) {
+		t.Fatalf("migrating a version-9 store applied %v, %v; want [10 11 12 13 14 15 16 17 18 19 20 21]", applied, err)
 	}
 	storetest.FixtureC946b42(t, s, time.Now())
+}
+
+// A store may hold one delivery several times (nothing refused a copy
+// before 0021): migrating it keeps them all and does not fail.
+func TestAStoreHoldingOneDeliveryTwiceMigrates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, fixtureCopy(t), sqlite.Options{NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ids := []string{"01KB0000000000000000000001", "01KB0000000000000000000002"}
+	for _, id := range ids {
+		if _, err := s.ExecForTest(ctx, "INSERT INTO webhook_events (id, provider, identity, headers, body, received_at) "+
+			"VALUES ('"+id+"', 'whatsapp', 'shop', '{}', CAST('{\"entry\":[]}' AS BLOB), 1764410400000000)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if applied, err := s.Migrate(ctx); err != nil || !slices.Contains(applied, 21) {
+		t.Fatalf("migrating applied %v, %v; want 21 among them", applied, err)
+	}
+	storetest.DuplicateDeliveriesMigrated(t, s, ids, []byte(`{"entry":[]}`))
 }
