@@ -254,6 +254,7 @@ func printStats(w io.Writer, r *statsResult) error {
 		{"attempts (last " + win + ")", strings.Join(classes, ", ")},
 		{"delivered (last " + win + ")", delivered},
 		{"duplicate webhooks", strconv.FormatInt(s.DuplicateWebhooks, 10)},
+		{"replayed webhooks", strconv.FormatInt(s.ReplayedWebhooks, 10)},
 		{"unattributed inbound", strconv.Itoa(s.UnattributedInbound)},
 		{"parked webhook statuses", strconv.Itoa(s.ParkedEvidence)},
 		{"unprocessed webhooks", strconv.Itoa(s.UnprocessedWebhooks)},
@@ -321,7 +322,9 @@ func printPrometheus(w io.Writer, s *store.Stats, un []unsendableQueue, ev *even
 		Help: "Sends that found their key with the same body (something ran twice), since the store was created."})
 	dups := prometheus.NewCounter(prometheus.CounterOpts{Name: "msgq_duplicate_webhooks_total",
 		Help: "Webhook statuses and inbound messages that arrived again (provider retries, replays), since the store was created."})
-	reg.MustRegister(messages, attempts, replays, dups)
+	replayed := prometheus.NewCounter(prometheus.CounterOpts{Name: "msgq_replayed_webhooks_total",
+		Help: "Webhook deliveries answered 200 but not stored again, their dedupe key being stored already (provider retries, replays), since the store was created."})
+	reg.MustRegister(messages, attempts, replays, dups, replayed)
 
 	// Every state of every identity with rows, zeros included, so that a
 	// series does not vanish when its count drops to zero.
@@ -338,6 +341,7 @@ func printPrometheus(w io.Writer, s *store.Stats, un []unsendableQueue, ev *even
 	}
 	replays.Add(float64(s.KeyReplays))
 	dups.Add(float64(s.DuplicateWebhooks))
+	replayed.Add(float64(s.ReplayedWebhooks))
 	gauge("msgq_unattributed_inbound", "Inbound messages no sent message could be linked to (msgq inbox --unattributed).").
 		Set(float64(s.UnattributedInbound))
 	gauge("msgq_parked_webhook_statuses", "Webhook statuses waiting for a message with their provider id.").

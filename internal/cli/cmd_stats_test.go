@@ -193,7 +193,7 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 			fields := slices.Sorted(maps.Keys(raw))
 			want := []string{"at", "attempts_by_class", "challenges", "clock_offset_ns", "clock_offset_process", "counts", "delivered", "delivery_p50_ns", "delivery_p95_ns",
 				"duplicate_webhooks", "events", "key_replays", "notices", "oldest_eligible_age_ns", "oldest_eligible_due_at", "parked_evidence",
-				"provider_id_collisions", "sending_past_lease", "suspect_evidence", "template_held_rows", "template_holds",
+				"provider_id_collisions", "replayed_webhooks", "sending_past_lease", "suspect_evidence", "template_held_rows", "template_holds",
 				"unattributed_inbound", "unknown", "unknown_notices", "unprocessed_webhooks", "unreadable_webhooks", "window_ns"}
 			want = slices.Sorted(slices.Values(append(want, statsVitalFields...))) // stats_vitals_test.go
 			if !slices.Equal(fields, want) {
@@ -326,6 +326,8 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 				{"msgq_delivery_latency_p95_seconds", nil, 10},
 				{"msgq_stats_window_seconds", nil, 3600},
 				{"msgq_unreadable_webhooks", nil, 0},
+				{"msgq_replayed_webhooks_total", nil, 0},
+				{"msgq_duplicate_webhooks_total", nil, 0},
 				{"msgq_clock_offset_seconds", nil, 0},
 				{"msgq_suspect_webhook_statuses", nil, 0},
 				{"msgq_provider_id_collisions", nil, 0},

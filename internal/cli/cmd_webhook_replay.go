@@ -31,6 +31,8 @@ would after verifying it, then process it. For operators re-playing a delivery
 from a provider's dashboard or a log, and for tests. The signature is not
 checked: whoever can run msgq against the store is trusted already. Replaying a
 body twice is safe: its statuses and inbound messages are counted as duplicates.
+Unlike webhook serve, which stores one copy of a delivery, replay always stores
+the file's copy, so that processing reads it and says what it found.
 
 ` + exitStatusHelp,
 		Example: `  msgq webhook replay status.json

@@ -73,7 +73,10 @@ A delivery with a missing or wrong signature (or a Standard Webhooks timestamp
 further than --tolerance from now) gets 401, a body over --max-body 413, a body
 that is not the provider's webhook 400; none of them is stored. A valid delivery
 is stored raw and durably and only then answered 200; if it cannot be stored the
-answer is 500, so the provider retries. Unless --process=false, a worker then
+answer is 500, so the provider retries. A copy of a delivery its identity has
+stored already (the same webhook-id for Standard Webhooks, else the same signed
+body) is answered 200 and not stored again, only counted (stats: replayed
+webhooks), so a captured delivery replayed without end costs no disk. Unless --process=false, a worker then
 processes stored deliveries (run msgq webhook process from cron otherwise).
 SIGINT/SIGTERM stop accepting, let requests in progress finish, and exit 0.
 Started while its PostgreSQL server cannot be reached, it listens anyway and

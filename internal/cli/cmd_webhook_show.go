@@ -15,7 +15,9 @@ func newWebhookShowCmd(a *app) *cobra.Command {
 		Use:   "show ID",
 		Short: "One stored delivery: its headers, times, error, and raw body",
 		Long: `Show one stored webhook delivery. The table form prints the headers msgq kept,
-the times and any processing error, then the raw body exactly as received (so
+the times, any processing error and the key webhook serve stored it under (a
+copy with the same key is not stored again; - for a delivery stored by webhook
+replay, or before keys were kept), then the raw body exactly as received (so
 that it can be saved and replayed). -o json prints the delivery as an object
 (body base64-encoded).
 
@@ -42,7 +44,8 @@ that it can be saved and replayed). -o json prints the delivery as an object
 			}
 			sort.Strings(names)
 			fields := [][]string{{"id:", ev.ID}, {"provider:", ev.Provider}, {"identity:", orDash(ev.Identity)},
-				{"received:", stamp(ev.ReceivedAt)}, {"processed:", stampPtr(ev.ProcessedAt)}, {"error:", orDash(oneLine(ev.Error))}}
+				{"received:", stamp(ev.ReceivedAt)}, {"processed:", stampPtr(ev.ProcessedAt)}, {"error:", orDash(oneLine(ev.Error))},
+				{"dedupe key:", orDash(ev.DedupeKey)}}
 			for _, k := range names {
 				fields = append(fields, []string{k + ":", ev.Headers[k]})
 			}

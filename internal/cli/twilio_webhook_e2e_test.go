@@ -166,12 +166,20 @@ func TestTwilioWebhooksEndToEnd(t *testing.T) {
 			t.Fatalf("after webhook process: %s, want delivered: %s", m.State, srv.log.String())
 		}
 
-		// The delivered callback again, twice: stored, counted as
-		// duplicates, applied once (and once more by replay).
+		// The delivered callback again, twice: the first is stored and
+		// processing finds its status a duplicate; the second is a copy of
+		// it (the same URL and form), answered 200 and not stored, its
+		// status counted as a duplicate too. Applied once (and once more
+		// by replay).
 		cb := twilio.CallbackURL(hook, m.ID)
 		f := url.Values{"MessageSid": {m.ProviderID}, "MessageStatus": {"delivered"}, "SmsStatus": {"delivered"},
 			"AccountSid": {"AC" + strings.Repeat("0a", 16)}, "From": {twSender}, "To": {twCustomer}}
 		direct := serveURL + strings.TrimPrefix(cb, proxy.URL)
+		var was, now struct {
+			Duplicates int `json:"duplicate_webhooks"`
+			Replayed   int `json:"replayed_webhooks"`
+		}
+		e.jsonOut(0, &was, "stats")
 		for range 2 {
 			if code := twPost(t, cb, cb, twToken, f); code != http.StatusOK {
 				t.Fatalf("redelivery: %d", code)
@@ -182,8 +190,12 @@ func TestTwilioWebhooksEndToEnd(t *testing.T) {
 			Applied    int `json:"applied"`
 		}
 		e.jsonOut(0, &sum, "webhook", "process")
-		if sum.Duplicates != 2 || sum.Applied != 0 {
-			t.Errorf("redeliveries: %+v, want 2 duplicates, nothing applied", sum)
+		if sum.Duplicates != 1 || sum.Applied != 0 {
+			t.Errorf("redeliveries: %+v, want 1 duplicate (the stored one), nothing applied", sum)
+		}
+		e.jsonOut(0, &now, "stats")
+		if now.Duplicates-was.Duplicates != 2 || now.Replayed-was.Replayed != 1 {
+			t.Errorf("stats %+v then %+v, want 2 more duplicates, 1 of them a replayed delivery", was, now)
 		}
 		// A captured callback replayed reads as serve read it: the same
 		// status again.

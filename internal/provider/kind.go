@@ -2,6 +2,9 @@ package provider
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -193,6 +196,39 @@ type Webhook struct {
 	// has is set aside rather than filed under the identity whose secret
 	// verified the delivery.
 	NamesSender bool
+	// Dedupe, when set, names a verified delivery across its copies from
+	// what the provider signed (body and the kept headers): its own
+	// delivery id where it signs one. nil: the digest of the body
+	// (DigestKey("body", body)). Never from anything unsigned: a replayer
+	// could change that at will and have every copy stored. See
+	// DedupeKey.
+	Dedupe func(body []byte, headers map[string]string) string
+}
+
+// DedupeKey is the key webhook serve stores a verified delivery under:
+// a copy whose key its identity has stored already (the provider's retry,
+// or a signed delivery captured and replayed) is answered 200 and not
+// stored again (docs/webhooks.md).
+func (w *Webhook) DedupeKey(body []byte, headers map[string]string) string {
+	if w.Dedupe != nil {
+		return w.Dedupe(body, headers)
+	}
+	return DigestKey("body", body)
+}
+
+// DigestKey is what names a dedupe key ("body", "webhook-id"), a colon,
+// and the hex SHA-256 of parts, each preceded by its length so that no
+// two lists of parts digest alike: a key of fixed size, whatever the
+// provider sent, so that it always fits the store's unique index.
+func DigestKey(what string, parts ...[]byte) string {
+	h := sha256.New()
+	var n [8]byte
+	for _, p := range parts {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return what + ":" + hex.EncodeToString(h.Sum(nil))
 }
 
 // Pseudo-headers the receiver keeps with a delivery of a kind whose

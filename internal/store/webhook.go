@@ -31,6 +31,10 @@ const (
 // inbound messages that arrived again (a provider retry or a replay).
 const CounterDuplicateWebhooks = "duplicate_webhooks"
 
+// CounterReplayedWebhooks names the running count of deliveries
+// WebhookStore did not store because their DedupeKey was stored already.
+const CounterReplayedWebhooks = "replayed_webhooks"
+
 // WindowHeld is the last_error the drain writes on a row of free-form text
 // it put back because the recipient's customer-service window was closed.
 // It marks the row as held, not failed: when the customer writes (and so
@@ -68,6 +72,20 @@ type WebhookEvent struct {
 	// had to skip in it ("" when it read everything): an event processed
 	// with an error is "unreadable" (WebhookUnreadable, WebhookRetry).
 	Error string `json:"error"`
+	// DedupeKey names the delivery across copies, within its provider and
+	// identity (provider.Webhook.DedupeKey: the provider's signed delivery
+	// id, else a digest of what it signed). WebhookStore keeps one event
+	// per key; "" (deliveries stored before keys were kept, and msgq
+	// webhook replay's) is never a replay.
+	DedupeKey string `json:"dedupe_key"`
+	// Items is how many statuses, inbound messages and notices the
+	// receiver read in the body: what WebhookStore adds to the
+	// duplicate_webhooks counter when the delivery is a replay, as
+	// processing would have counted them had it been stored again.
+	Items int `json:"-"`
+	// Replayed is set by WebhookStore on an event it did not store: its
+	// DedupeKey was stored already (its ID is "").
+	Replayed bool `json:"-"`
 }
 
 // StatusEvidence is one status a provider reported about one message.
@@ -407,8 +425,13 @@ type InboxParams struct {
 // WebhookStats are the evidence figures Stats reports.
 type WebhookStats struct {
 	// DuplicateWebhooks counts statuses and inbound messages that arrived
-	// again, since the store was created.
+	// again, since the store was created: those processing found stored
+	// already, and those of deliveries WebhookStore did not store again.
 	DuplicateWebhooks int64 `json:"duplicate_webhooks"`
+	// ReplayedWebhooks counts deliveries answered 200 but not stored
+	// again, as their dedupe key was stored already (a provider's retry,
+	// or a captured delivery replayed), since the store was created.
+	ReplayedWebhooks int64 `json:"replayed_webhooks"`
 	// UnattributedInbound counts inbound messages linked to no row.
 	UnattributedInbound int `json:"unattributed_inbound"`
 	// ParkedEvidence counts statuses waiting for their row.
@@ -448,6 +471,15 @@ type Evidence interface {
 	// WebhookStore keeps raw events in one durable transaction, assigning
 	// their IDs (and ReceivedAt when zero) in place. Only after it returns
 	// may the provider be told 200.
+	//
+	// An event whose DedupeKey (non-empty) the store holds already for
+	// its provider and identity, or that an earlier event of evs carries,
+	// is not written: a unique index decides, never a read before the
+	// write, and the first copy's body is kept untouched. Such an event is
+	// marked Replayed (its ID set to ""), and counted in the same
+	// transaction: 1 in CounterReplayedWebhooks and its Items in
+	// CounterDuplicateWebhooks. It is durable too (the first copy is), so
+	// it may be answered 200 as well.
 	WebhookStore(ctx context.Context, evs []WebhookEvent) error
 
 	// WebhookPending returns up to limit events not yet processed,

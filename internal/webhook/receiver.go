@@ -311,12 +311,19 @@ func (r *Receiver) receive(w http.ResponseWriter, req *http.Request, wh *provide
 		hdr[provider.HeaderURL] = d.URL
 		hdr[provider.HeaderReceivedAt] = received.Format(time.RFC3339Nano)
 	}
-	if _, err := wh.Parse(body, hdr); err != nil {
+	b, err := wh.Parse(body, hdr)
+	if err != nil {
 		r.cfg.Log.Warn("webhook: "+format+" body refused", "err", err)
 		http.Error(w, oneLine(err.Error()), http.StatusBadRequest)
 		return
 	}
-	r.keep(w, req, store.WebhookEvent{Provider: format, Identity: identity, Body: body, Headers: hdr, ReceivedAt: received})
+	// The dedupe key makes a copy of a delivery this identity has stored
+	// (the provider's retry, or a signed body captured and replayed: a
+	// WhatsApp or Twilio signature carries no time, so it never goes
+	// stale) cost its key, not its body: the store keeps the first copy
+	// and counts the others, and each is answered 200.
+	r.keep(w, req, store.WebhookEvent{Provider: format, Identity: identity, Body: body, Headers: hdr, ReceivedAt: received,
+		DedupeKey: wh.DedupeKey(body, hdr), Items: len(b.Statuses) + len(b.Inbound) + len(b.Notices)})
 }
 
 // refusal is a 401's text: why, when the format tells the sender
@@ -344,7 +351,8 @@ func (r *Receiver) publicURL(req *http.Request) string {
 }
 
 // keep stores a verified delivery and answers: 200 only once it is
-// durable, 500 (the provider retries) when it is not.
+// durable (or a copy of it is: a replay), 500 (the provider retries) when
+// it is not.
 func (r *Receiver) keep(w http.ResponseWriter, req *http.Request, ev store.WebhookEvent) {
 	if ev.ReceivedAt.IsZero() {
 		ev.ReceivedAt = r.cfg.Now()

@@ -48,6 +48,15 @@ var Webhook = provider.Webhook{
 	Parse: func(body []byte, h map[string]string) (*payload.Batch, error) {
 		return payload.HTTP(body, h["webhook-id"])
 	},
+	// Standard Webhooks: webhook-id is signed, and names the message:
+	// retries carry the same one. A second body under the same id is a
+	// replay too (the first is kept).
+	Dedupe: func(body []byte, h map[string]string) string {
+		if id := h["webhook-id"]; id != "" {
+			return provider.DigestKey("webhook-id", []byte(id))
+		}
+		return provider.DigestKey("body", body)
+	},
 }
 
 var settingKeys = []string{"base_url", "token_env", "webhook_secret_env"}

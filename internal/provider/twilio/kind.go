@@ -35,6 +35,7 @@ var Kind = provider.Kind{
 		Parse:     parseStored,
 		KeepsCall: true,
 		Body:      "form-encoded, a status callback or an inbound SMS",
+		Dedupe:    dedupeKey,
 	},
 	Codes: []provider.Code{
 		{Code: "20003, 20005, 20404, 30002", Class: retry.Identity, Meaning: "credentials refused, account inactive or suspended"},

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/msgq/msgq/internal/provider"
 )
 
 // SignatureHeader is the header Twilio signs its webhooks in.
@@ -24,6 +26,14 @@ const SignatureHeader = "X-Twilio-Signature"
 // as Twilio's Python library does (twilio-go uses only the first; status
 // callbacks and SMS never repeat a name).
 func Signature(fullURL string, params url.Values, authToken string) string {
+	mac := hmac.New(sha1.New, []byte(authToken))
+	mac.Write([]byte(signed(fullURL, params)))
+	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// signed is what Signature signs: fullURL, then each parameter's name and
+// value, sorted.
+func signed(fullURL string, params url.Values) string {
 	var b strings.Builder
 	b.WriteString(fullURL)
 	names := make([]string, 0, len(params))
@@ -39,9 +49,27 @@ func Signature(fullURL string, params url.Values, authToken string) string {
 			b.WriteString(v)
 		}
 	}
-	mac := hmac.New(sha1.New, []byte(authToken))
-	mac.Write([]byte(b.String()))
-	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	return b.String()
+}
+
+// dedupeKey is the Kind's Webhook.Dedupe: a delivery named by what its
+// signature covers, so that every copy a signature verifies has the same
+// key. Twilio signs the URL and the form's parameters, not the body's
+// bytes: a form's fields reordered, or spelt with other escapes
+// (%41 for A, + or %20), verify alike, so the key digests the signed
+// string, not the body. Nor does it sign I-Twilio-Idempotency-Token. The
+// URL is taken in one of the two spellings a signature accepts (with or
+// without the default port, urlVariants), the same for either. A JSON
+// body (bodySHA256 in the signed URL) is pinned by its hash: the URL and
+// the body name it.
+func dedupeKey(body []byte, h map[string]string) string {
+	u := slices.Min(urlVariants(h[provider.HeaderURL]))
+	if pu, err := url.Parse(u); err == nil && pu.Query().Get("bodySHA256") == "" {
+		if form, err := url.ParseQuery(string(body)); err == nil {
+			return provider.DigestKey("signed", []byte(signed(u, form)))
+		}
+	}
+	return provider.DigestKey("url+body", []byte(u), body)
 }
 
 // ValidSignature says signature (the X-Twilio-Signature header) is

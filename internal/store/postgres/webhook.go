@@ -19,11 +19,35 @@ import (
 
 // insertWebhooksSQL stores a batch of events as one statement over column
 // arrays: one round trip, autocommitted (durable once it returns, as
-// synchronous_commit is on).
-const insertWebhooksSQL = `INSERT INTO webhook_events (id, provider, identity, headers, body, received_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[])`
+// synchronous_commit is on). An event whose dedupe key its provider and
+// identity have already (webhook_events_dedupe, a partial unique index:
+// the conflict target repeats its predicate), or that an earlier event of
+// the batch carries, is skipped; only that conflict is, so an id twice is
+// an error rather than a delivery silently dropped. The statement returns
+// the ids it wrote, and counts the skipped ones in the same statement: the
+// replays ($9) and their items ($10), only when there are any (so ordinary
+// deliveries never touch the counter rows), in name order (so two
+// statements never wait for each other's counter row in opposite orders).
+const insertWebhooksSQL = `WITH v AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::timestamptz[], $7::text[], $8::bigint[])
+        AS v(id, provider, identity, headers, body, received_at, dedupe_key, items)
+), ins AS (
+    INSERT INTO webhook_events (id, provider, identity, headers, body, received_at, dedupe_key)
+    SELECT id, provider, identity, headers, body, received_at, dedupe_key FROM v
+    ON CONFLICT (provider, identity, dedupe_key) WHERE dedupe_key <> '' DO NOTHING
+    RETURNING id
+), skipped AS (
+    SELECT count(*) AS n, coalesce(sum(items), 0) AS items FROM v WHERE id NOT IN (SELECT id FROM ins)
+), counted AS (
+    INSERT INTO counters (name, n)
+    SELECT c.name, c.n FROM skipped, LATERAL (VALUES ($9::text, skipped.n), ($10::text, skipped.items)) AS c(name, n)
+    WHERE c.n > 0 ORDER BY c.name
+    ON CONFLICT (name) DO UPDATE SET n = counters.n + excluded.n
+)
+SELECT id FROM ins`
 
-// WebhookStore keeps raw events in one durable statement.
+// WebhookStore keeps raw events in one durable statement; an event whose
+// dedupe key is stored already is skipped and counted (see store.Evidence).
 func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) error {
 	if len(evs) == 0 {
 		return nil
@@ -36,12 +60,13 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 		now = s.now().UTC().Truncate(store.Resolution)
 	}
 	n := len(evs)
-	ids, providers, identities, headers := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	ids, providers, identities, headers, keys := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	bodies := make([][]byte, n)
 	recv := make([]time.Time, n)
+	items := make([]int64, n)
 	for i := range evs {
 		ev := &evs[i]
-		ids[i], providers[i], identities[i] = s.ids.New(now), ev.Provider, ev.Identity
+		ids[i], providers[i], identities[i], keys[i], items[i] = s.ids.New(now), ev.Provider, ev.Identity, ev.DedupeKey, int64(ev.Items)
 		recv[i] = now
 		if !ev.ReceivedAt.IsZero() {
 			recv[i] = ev.ReceivedAt.UTC().Truncate(store.Resolution)
@@ -56,17 +81,31 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 			bodies[i] = []byte{} // the column is NOT NULL: an empty body is still a delivery
 		}
 	}
-	if _, err := s.pool.Exec(ctx, insertWebhooksSQL, ids, providers, identities, headers, bodies, recv); err != nil {
+	rs, err := s.pool.Query(ctx, insertWebhooksSQL, ids, providers, identities, headers, bodies, recv, keys, items,
+		store.CounterReplayedWebhooks, store.CounterDuplicateWebhooks)
+	if err != nil {
 		return fmt.Errorf("postgres: store webhook: %w", err)
+	}
+	written, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("postgres: store webhook: %w", err)
+	}
+	stored := make(map[string]bool, len(written))
+	for _, id := range written {
+		stored[id] = true
 	}
 	// Only once durable: a failed call leaves the caller's events as they were.
 	for i := range evs {
-		evs[i].ID, evs[i].ReceivedAt = ids[i], recv[i]
+		if !stored[ids[i]] {
+			evs[i].ID, evs[i].Replayed = "", true
+			continue
+		}
+		evs[i].ID, evs[i].ReceivedAt, evs[i].Replayed = ids[i], recv[i], false
 	}
 	return nil
 }
 
-const webhookCols = `id, provider, identity, headers, body, received_at, processed_at, error`
+const webhookCols = `id, provider, identity, headers, body, received_at, processed_at, error, dedupe_key`
 
 func scanWebhook(row pgx.Row) (*store.WebhookEvent, error) {
 	var (
@@ -74,7 +113,7 @@ func scanWebhook(row pgx.Row) (*store.WebhookEvent, error) {
 		headers   string
 		processed *time.Time
 	)
-	if err := row.Scan(&ev.ID, &ev.Provider, &ev.Identity, &headers, &ev.Body, &ev.ReceivedAt, &processed, &ev.Error); err != nil {
+	if err := row.Scan(&ev.ID, &ev.Provider, &ev.Identity, &headers, &ev.Body, &ev.ReceivedAt, &processed, &ev.Error, &ev.DedupeKey); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(headers), &ev.Headers); err != nil {
@@ -1040,10 +1079,12 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		"(SELECT count(*) FROM evidence WHERE outcome = 'suspect'), "+
 		"(SELECT count(*) FROM messages WHERE provider_id_collision <> ''), "+
 		"(SELECT count(*) FROM notices), (SELECT count(*) FROM notices WHERE kind = $2), (SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')), "+
-		"(SELECT count(*) FROM messages WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: ')",
-		store.CounterDuplicateWebhooks, store.NoticeUnknown).
+		"(SELECT count(*) FROM messages WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: '), "+
+		"coalesce((SELECT n FROM counters WHERE name = $3), 0)",
+		store.CounterDuplicateWebhooks, store.NoticeUnknown, store.CounterReplayedWebhooks).
 		Scan(&st.DuplicateWebhooks, &st.UnattributedInbound, &st.ParkedEvidence, &st.UnprocessedWebhooks, &st.UnreadableWebhooks,
-			&st.SuspectEvidence, &st.ProviderIDCollisions, &st.Notices, &st.UnknownNotices, &st.TemplateHolds, &st.TemplateHeldRows)
+			&st.SuspectEvidence, &st.ProviderIDCollisions, &st.Notices, &st.UnknownNotices, &st.TemplateHolds, &st.TemplateHeldRows,
+			&st.ReplayedWebhooks)
 	if err != nil {
 		return fmt.Errorf("postgres: webhook stats: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,4 +80,27 @@ func TestAStoreFromBeforeVitalsGetsTheRestOnce(t *testing.T) {
 		t.Fatalf("migrating a version-9 store applied %v, %v; want %v", applied, err, later)
 	}
 	storetest.FixtureC946b42(t, s, time.Now())
+}
+
+// A store may hold one delivery several times (nothing refused a copy
+// before 0021): migrating it keeps them all and does not fail.
+func TestAStoreHoldingOneDeliveryTwiceMigrates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, fixtureCopy(t), sqlite.Options{NoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ids := []string{"01KB0000000000000000000001", "01KB0000000000000000000002"}
+	for _, id := range ids {
+		if _, err := s.ExecForTest(ctx, "INSERT INTO webhook_events (id, provider, identity, headers, body, received_at) "+
+			"VALUES ('"+id+"', 'whatsapp', 'shop', '{}', CAST('{\"entry\":[]}' AS BLOB), 1764410400000000)"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if applied, err := s.Migrate(ctx); err != nil || !slices.Contains(applied, 21) {
+		t.Fatalf("migrating applied %v, %v; want 21 among them", applied, err)
+	}
+	storetest.DuplicateDeliveriesMigrated(t, s, ids, []byte(`{"entry":[]}`))
 }

@@ -22,16 +22,24 @@ import (
 // statement of its own odd size.
 const webhookChunk = 32
 
-const webhookCols = `id, provider, identity, headers, body, received_at, processed_at, error`
+const webhookCols = `id, provider, identity, headers, body, received_at, processed_at, error, dedupe_key`
 
-const webhookInsertColN = 6
+const webhookInsertColN = 7
 
+// insertWebhooksSQL stores n events, skipping each whose dedupe key its
+// provider and identity have already (webhook_events_dedupe, a partial
+// unique index: the conflict target repeats its predicate), and returns
+// the ids of those it wrote. Only that index's conflict is skipped: any
+// other (an id twice) is an error, never a delivery silently dropped.
 func insertWebhooksSQL(n int) string {
-	return "INSERT INTO webhook_events (id, provider, identity, headers, body, received_at) VALUES " +
-		placeholders(n, webhookInsertColN)
+	return "INSERT INTO webhook_events (id, provider, identity, headers, body, received_at, dedupe_key) VALUES " +
+		placeholders(n, webhookInsertColN) +
+		" ON CONFLICT (provider, identity, dedupe_key) WHERE dedupe_key <> '' DO NOTHING RETURNING id"
 }
 
-// WebhookStore keeps raw events in one durable transaction.
+// WebhookStore keeps raw events in one durable transaction; an event
+// whose dedupe key is stored already is skipped and counted (see
+// store.Evidence).
 func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) error {
 	if len(evs) == 0 {
 		return nil
@@ -55,7 +63,7 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 		if body == nil {
 			body = []byte{} // the column is NOT NULL: an empty body is still a delivery
 		}
-		rows[i] = []any{ids[i], ev.Provider, ev.Identity, headers, body, micros(recv[i])}
+		rows[i] = []any{ids[i], ev.Provider, ev.Identity, headers, body, micros(recv[i]), ev.DedupeKey}
 	}
 	// Both statements are prepared once per store, before the transaction
 	// takes the single writer connection.
@@ -70,6 +78,22 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 		return fmt.Errorf("sqlite: store webhook: %w", err)
 	}
 	defer tx.Rollback()
+	written := make(map[string]bool, len(evs))
+	insert := func(st *sql.Stmt, args []any) error {
+		rs, err := st.QueryContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			var id string
+			if err := rs.Scan(&id); err != nil {
+				return err
+			}
+			written[id] = true
+		}
+		return rs.Err()
+	}
 	i := 0
 	if len(rows) >= webhookChunk {
 		st, err := s.txStmt(ctx, tx, many)
@@ -81,7 +105,7 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 			for _, r := range rows[i : i+webhookChunk] {
 				args = append(args, r...)
 			}
-			if _, err := st.ExecContext(ctx, args...); err != nil {
+			if err := insert(st, args); err != nil {
 				return fmt.Errorf("sqlite: store webhook: %w", err)
 			}
 		}
@@ -92,9 +116,28 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 			return fmt.Errorf("sqlite: store webhook: %w", err)
 		}
 		for ; i < len(rows); i++ {
-			if _, err := st.ExecContext(ctx, rows[i]...); err != nil {
+			if err := insert(st, rows[i]); err != nil {
 				return fmt.Errorf("sqlite: store webhook: %w", err)
 			}
+		}
+	}
+	var replays, items int64
+	for i := range evs {
+		if !written[ids[i]] {
+			replays, items = replays+1, items+int64(evs[i].Items)
+		}
+	}
+	// Counted with the skip, in its transaction: only when there were
+	// replays, so that ordinary deliveries never touch the counter rows.
+	for _, c := range []struct {
+		name string
+		n    int64
+	}{{store.CounterReplayedWebhooks, replays}, {store.CounterDuplicateWebhooks, items}} {
+		if c.n == 0 {
+			continue
+		}
+		if _, err := tx.ExecContext(ctx, countDuplicatesSQL, c.name, c.n); err != nil {
+			return fmt.Errorf("sqlite: store webhook: count replays: %w", err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -102,7 +145,11 @@ func (s *Store) WebhookStore(ctx context.Context, evs []store.WebhookEvent) erro
 	}
 	// Only once durable: a failed call leaves the caller's events as they were.
 	for i := range evs {
-		evs[i].ID, evs[i].ReceivedAt = ids[i], recv[i]
+		if !written[ids[i]] {
+			evs[i].ID, evs[i].Replayed = "", true
+			continue
+		}
+		evs[i].ID, evs[i].ReceivedAt, evs[i].Replayed = ids[i], recv[i], false
 	}
 	return nil
 }
@@ -114,7 +161,7 @@ func scanWebhook(sc scanner) (*store.WebhookEvent, error) {
 		received  int64
 		processed sql.NullInt64
 	)
-	if err := sc.Scan(&ev.ID, &ev.Provider, &ev.Identity, &headers, &ev.Body, &received, &processed, &ev.Error); err != nil {
+	if err := sc.Scan(&ev.ID, &ev.Provider, &ev.Identity, &headers, &ev.Body, &received, &processed, &ev.Error, &ev.DedupeKey); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(headers), &ev.Headers); err != nil {
@@ -925,6 +972,7 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		dest any
 	}{
 		{"SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)", []any{store.CounterDuplicateWebhooks}, &st.DuplicateWebhooks},
+		{"SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)", []any{store.CounterReplayedWebhooks}, &st.ReplayedWebhooks},
 		{"SELECT count(*) FROM inbound INDEXED BY inbound_unattributed WHERE message_id IS NULL", nil, &st.UnattributedInbound},
 		{countParkedSQL, nil, &st.ParkedEvidence},
 		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_pending WHERE processed_at IS NULL", nil, &st.UnprocessedWebhooks},

@@ -81,3 +81,39 @@ func FixtureC946b42(t *testing.T, s store.Store, now time.Time) {
 		t.Errorf("stats on the migrated store: %+v, %d replays", st.Counts, st.KeyReplays)
 	}
 }
+
+// DuplicateDeliveriesMigrated checks a store that held the same webhook
+// delivery twice (ids, each with body) before webhook dedupe keys were
+// kept (0021), once migrated: both copies are still there, as they came
+// and with no key (a partial unique index leaves them out, so the
+// migration could not fail on them), and a delivery stored now with a key
+// is kept once however often it comes.
+func DuplicateDeliveriesMigrated(t *testing.T, s store.Store, ids []string, body []byte) {
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range ids {
+		ev, err := s.WebhookGet(ctx, id)
+		if err != nil {
+			t.Fatalf("delivery %s after the migration: %v", id, err)
+		}
+		if string(ev.Body) != string(body) || ev.DedupeKey != "" {
+			t.Errorf("delivery %s after the migration: %+v, want its body and no key", id, ev)
+		}
+	}
+	for range 3 {
+		evs := []store.WebhookEvent{{Provider: store.WebhookWhatsApp, Identity: "shop", Body: body, DedupeKey: "body:migrated", Items: 1}}
+		if err := s.WebhookStore(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pend, err := s.WebhookPending(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pend) != len(ids)+1 {
+		t.Errorf("%d deliveries pending, want the %d old copies and one new", len(pend), len(ids))
+	}
+	if st, err := s.WebhookStats(ctx); err != nil || st.ReplayedWebhooks != 2 {
+		t.Errorf("stats %+v, %v; want 2 replays", st, err)
+	}
+}

@@ -192,6 +192,162 @@ func testWebhook(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("a copy of a stored delivery (by its dedupe key) is counted, not stored again", func(t *testing.T) {
+		t.Parallel()
+		w := newWH(t, h)
+		wa, api := store.WebhookWhatsApp, store.WebhookHTTP
+		first := []store.WebhookEvent{{Provider: wa, Identity: "shop", Body: []byte(`{"first":1}`), DedupeKey: "body:aa", Items: 2}}
+		if err := w.s.WebhookStore(ctx, first); err != nil || first[0].ID == "" || first[0].Replayed {
+			t.Fatalf("first copy: %+v, %v", first[0], err)
+		}
+		// One group commit: copies of it (one with another body), a new
+		// delivery and a copy of it with another body (a provider's
+		// delivery id names the delivery, not its body), the same key under
+		// another identity and another provider, and deliveries without a
+		// key (stored before keys were kept, or by webhook replay): never a
+		// copy of anything.
+		batch := []store.WebhookEvent{
+			{Provider: wa, Identity: "shop", Body: []byte(`{"first":1}`), DedupeKey: "body:aa", Items: 2},
+			{Provider: api, Identity: "api", Body: []byte(`{"second":1}`), DedupeKey: "webhook-id:x", Items: 1},
+			{Provider: api, Identity: "api", Body: []byte(`{"second":"other"}`), DedupeKey: "webhook-id:x", Items: 1},
+			{Provider: wa, Identity: "shop", Body: []byte(`{"first":"other"}`), DedupeKey: "body:aa", Items: 3},
+			{Provider: wa, Identity: "outlet", Body: []byte(`{"first":1}`), DedupeKey: "body:aa", Items: 2},
+			{Provider: api, Identity: "shop", Body: []byte(`{"first":1}`), DedupeKey: "body:aa", Items: 2},
+			{Provider: wa, Identity: "shop", Body: []byte(`{}`), Items: 1},
+			{Provider: wa, Identity: "shop", Body: []byte(`{}`), Items: 1},
+		}
+		if err := w.s.WebhookStore(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+		for i, ev := range batch {
+			copyOf := i == 0 || i == 2 || i == 3
+			if ev.Replayed != copyOf || (ev.ID == "") != copyOf {
+				t.Errorf("event %d (%s %s %s): replayed %v, id %q; want replayed %v", i, ev.Provider, ev.Identity, ev.DedupeKey, ev.Replayed, ev.ID, copyOf)
+			}
+		}
+		pend := must[[]store.WebhookEvent](t)(w.s.WebhookPending(ctx, 100))
+		if len(pend) != 6 {
+			t.Fatalf("%d events stored, want the first and the five that are no copies: %+v", len(pend), pend)
+		}
+		// The first copy is kept as it came: it is the evidence.
+		if got := must[*store.WebhookEvent](t)(w.s.WebhookGet(ctx, first[0].ID)); string(got.Body) != `{"first":1}` || got.DedupeKey != "body:aa" {
+			t.Errorf("the first copy now reads %+v", got)
+		}
+		if got := must[*store.WebhookEvent](t)(w.s.WebhookGet(ctx, batch[1].ID)); string(got.Body) != `{"second":1}` || got.DedupeKey != "webhook-id:x" {
+			t.Errorf("the first of two bodies under one delivery id reads %+v", got)
+		}
+		// Three copies; the items they carried, as processing would have
+		// counted them had they been stored again.
+		want := store.WebhookStats{ReplayedWebhooks: 3, DuplicateWebhooks: 2 + 1 + 3, UnprocessedWebhooks: 6}
+		if st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx)); *st != want {
+			t.Errorf("webhook stats %+v, want %+v", st, want)
+		}
+		if st := must[*store.Stats](t)(w.s.Stats(ctx, &store.StatsParams{})); st.WebhookStats != want {
+			t.Errorf("stats' webhook figures %+v, want %+v", st.WebhookStats, want)
+		}
+		// Processed or not, the first copy keeps the key: a later copy is
+		// not stored either, and adds to the same counters.
+		must[*store.IngestResult](t)(w.s.WebhookIngest(ctx, []store.IngestParams{{EventID: first[0].ID}}))
+		again := []store.WebhookEvent{{Provider: wa, Identity: "shop", Body: []byte(`{"first":1}`), DedupeKey: "body:aa", Items: 2}}
+		if err := w.s.WebhookStore(ctx, again); err != nil || !again[0].Replayed || again[0].ID != "" {
+			t.Fatalf("a copy of a processed delivery: %+v, %v", again[0], err)
+		}
+		want = store.WebhookStats{ReplayedWebhooks: 4, DuplicateWebhooks: 8, UnprocessedWebhooks: 5}
+		if st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx)); *st != want {
+			t.Errorf("webhook stats %+v, want %+v", st, want)
+		}
+		// Once retention has deleted the first copy, the key is free: a
+		// copy is stored again (and processing finds its items stored).
+		w.clk.Advance(time.Hour)
+		if got := must[*store.WebhookPurged](t)(w.s.WebhookPurge(ctx, &store.PurgeParams{Before: w.clk.Now()})); got.Events != 1 {
+			t.Fatalf("purge %+v, want the processed first copy", got)
+		}
+		if err := w.s.WebhookStore(ctx, again); err != nil || again[0].Replayed || again[0].ID == "" {
+			t.Fatalf("a copy after the first was purged: %+v, %v", again[0], err)
+		}
+	})
+
+	t.Run("copies stored at once from several processes keep one", func(t *testing.T) {
+		t.Parallel()
+		w := newWH(t, h)
+		handles := []store.Store{w.s, h.Reopen(t, w.s), h.Reopen(t, w.s), h.Reopen(t, w.s)}
+		const each = 10
+		var wg sync.WaitGroup
+		errs := make(chan error, len(handles)*each)
+		stored := make(chan string, len(handles)*each)
+		for hi, s := range handles {
+			wg.Go(func() {
+				for i := range each {
+					// A new delivery with each copy, so that each write
+					// has something to store besides the copy.
+					evs := []store.WebhookEvent{
+						{Provider: store.WebhookWhatsApp, Identity: "shop", Body: []byte(`{"same":1}`), DedupeKey: "body:same", Items: 1},
+						{Provider: store.WebhookWhatsApp, Identity: "shop", Body: fmt.Appendf(nil, `{"own":%d}`, i), DedupeKey: fmt.Sprintf("body:%d-%d", hi, i)},
+					}
+					if err := s.WebhookStore(ctx, evs); err != nil {
+						errs <- err
+						return
+					}
+					if !evs[0].Replayed {
+						stored <- evs[0].ID
+					}
+					if evs[1].Replayed {
+						errs <- fmt.Errorf("a delivery of its own was taken for a copy: %+v", evs[1])
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		close(stored)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		var ids []string
+		for id := range stored {
+			ids = append(ids, id)
+		}
+		if len(ids) != 1 {
+			t.Fatalf("%d copies stored, want 1: %v", len(ids), ids)
+		}
+		n := len(handles) * each
+		if st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx)); st.ReplayedWebhooks != int64(n-1) || st.DuplicateWebhooks != int64(n-1) ||
+			st.UnprocessedWebhooks != n+1 {
+			t.Errorf("stats %+v, want %d replays (and duplicates) and %d deliveries stored", st, n-1, n+1)
+		}
+	})
+
+	t.Run("a group commit larger than one statement keeps the first of each key", func(t *testing.T) {
+		t.Parallel()
+		w := newWH(t, h)
+		const n, keys = 150, 40
+		evs := make([]store.WebhookEvent, n)
+		for i := range evs {
+			evs[i] = store.WebhookEvent{Provider: store.WebhookWhatsApp, Identity: "shop", Body: fmt.Appendf(nil, `{"n":%d}`, i),
+				DedupeKey: fmt.Sprintf("body:%d", i%keys), Items: 1}
+		}
+		if err := w.s.WebhookStore(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+		for i, ev := range evs {
+			if ev.Replayed != (i >= keys) {
+				t.Fatalf("event %d: replayed %v", i, ev.Replayed)
+			}
+		}
+		pend := must[[]store.WebhookEvent](t)(w.s.WebhookPending(ctx, 2*n))
+		if len(pend) != keys {
+			t.Fatalf("%d stored, want %d", len(pend), keys)
+		}
+		for i, ev := range pend {
+			if ev.ID != evs[i].ID || string(ev.Body) != fmt.Sprintf(`{"n":%d}`, i) {
+				t.Fatalf("stored %d: %s %s, want the first of its key", i, ev.ID, ev.Body)
+			}
+		}
+		if st := must[*store.WebhookStats](t)(w.s.WebhookStats(ctx)); st.ReplayedWebhooks != n-keys || st.DuplicateWebhooks != n-keys {
+			t.Errorf("stats %+v, want %d replays", st, n-keys)
+		}
+	})
+
 	t.Run("ingest keeps each status and inbound message once and counts the rest", func(t *testing.T) {
 		t.Parallel()
 		w := newWH(t, h)
