@@ -8,9 +8,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/msgq/msgq/internal/state"
@@ -145,6 +147,23 @@ type Store interface {
 	// bad filter.
 	MessageStuck(ctx context.Context, p *StuckParams) ([]StuckMessage, error)
 
+	// MessageNoteMany records, for each item whose row is still in
+	// p.State, a note in its history (event EventNote, from and to that
+	// state, not applied, at the store's clock): what reconcile found and
+	// why it could not settle the row, for msgq stuck to show
+	// (StuckMessage.Note). The row itself is not touched: its state,
+	// age and updated_at stay as they were. Items whose row is gone or
+	// moved on are skipped. One durable transaction.
+	MessageNoteMany(ctx context.Context, ps []NoteParams) error
+
+	// MessageProviderIDOwners returns the rows of identity (of any
+	// tenant: provider ids are unique per identity, as evidence matching
+	// reads them) whose provider id is one of ids, ordered by provider id
+	// and row id. A provider id two rows record (a collision, migration
+	// 0008) returns both. It reads the index messages_identity_provider_id
+	// only, whatever the table's size.
+	MessageProviderIDOwners(ctx context.Context, identity string, ids []string) ([]ProviderIDOwner, error)
+
 	// Stats returns the queue's vital signs at p.Now (docs/operations.md).
 	Stats(ctx context.Context, p *StatsParams) (*Stats, error)
 
@@ -204,6 +223,41 @@ type StuckMessage struct {
 	// LastCode is the provider code of the row's last attempt ("" when
 	// none, or the attempt had no code).
 	LastCode string
+	// Note is the detail of the row's latest note (MessageNoteMany)
+	// recorded in the state it is in now: why reconcile left it for a
+	// person. "" when none.
+	Note string
+}
+
+// EventNote is the history event of a note (MessageNoteMany): something
+// recorded about a row that changes nothing.
+const EventNote = "note"
+
+// NoteParams is one note to record (MessageNoteMany).
+type NoteParams struct {
+	ID     string
+	State  state.State // the state the row must still be in
+	Source string
+	Detail string
+}
+
+// ProviderIDOwner is a row that records a provider id
+// (MessageProviderIDOwners).
+type ProviderIDOwner struct {
+	ProviderID string
+	ID         string
+	Tenant     string
+	Key        string
+	ResendOf   string
+	State      state.State
+}
+
+// SortOwners orders os as MessageProviderIDOwners returns them: by
+// provider id, then row id.
+func SortOwners(os []ProviderIDOwner) {
+	slices.SortFunc(os, func(a, b ProviderIDOwner) int {
+		return cmp.Or(cmp.Compare(a.ProviderID, b.ProviderID), cmp.Compare(a.ID, b.ID))
+	})
 }
 
 // StatsParams says what Stats measures.
@@ -504,8 +558,8 @@ const (
 	SourceOperator  = "operator"
 )
 
-// HistoryEntry is one state change (or one piece of evidence recorded but
-// not applied, with Applied false).
+// HistoryEntry is one state change (or, with Applied false, one piece of
+// evidence recorded but not applied, or a note: event EventNote).
 type HistoryEntry struct {
 	MessageID string       `json:"message_id"`
 	From      state.State  `json:"from"`

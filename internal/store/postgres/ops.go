@@ -53,8 +53,8 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	if limit <= 0 {
 		limit = store.DefaultListLimit
 	}
-	q := "SELECT " + messageCols + ", coalesce((SELECT provider_code FROM attempts a WHERE a.message_id = messages.id ORDER BY seq DESC LIMIT 1), '') " +
-		"FROM messages WHERE " + strings.Join(where, " AND ") + " ORDER BY updated_at, id LIMIT " + arg(limit)
+	q := "SELECT " + messageCols + ", coalesce((SELECT provider_code FROM attempts a WHERE a.message_id = messages.id ORDER BY seq DESC LIMIT 1), ''), " +
+		stuckNoteSQL + " FROM messages WHERE " + strings.Join(where, " AND ") + " ORDER BY updated_at, id LIMIT " + arg(limit)
 	rs, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: stuck: %w", err)
@@ -62,15 +62,91 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	defer rs.Close()
 	out := []store.StuckMessage{}
 	for rs.Next() {
-		var code string
-		m, err := scanMessage(withExtra(rs, &code))
+		var code, note string
+		m, err := scanMessage(withExtra(rs, &code, &note))
 		if err != nil {
 			return nil, fmt.Errorf("postgres: stuck: %w", err)
 		}
-		out = append(out, store.StuckMessage{Message: *m, LastCode: code})
+		out = append(out, store.StuckMessage{Message: *m, LastCode: code, Note: note})
 	}
 	return out, rs.Err()
 }
+
+// stuckNoteSQL is a stuck row's latest note in its current state: a walk
+// back along the row's own history (its primary key), which holds a
+// handful of entries.
+const stuckNoteSQL = "coalesce((SELECT h.detail FROM history h WHERE h.message_id = messages.id AND h.event = '" + store.EventNote +
+	"' AND h.to_state = messages.state ORDER BY h.seq DESC LIMIT 1), '')"
+
+// noteSQL records the notes of rows still in the state each names, over
+// column arrays, at the store's clock ($5). Items of one row (the batch
+// may hold several) take consecutive seqs in their order.
+const noteSQL = `INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
+SELECT m.id, m.state, m.state, m.reason, '` + store.EventNote + `', false, x.source, x.detail, $5,
+	(SELECT coalesce(max(h.seq), 0) FROM history h WHERE h.message_id = m.id) + row_number() OVER (PARTITION BY m.id ORDER BY x.n)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS x(id, state, source, detail, n)
+JOIN messages m ON m.id = x.id AND m.state = x.state`
+
+// MessageNoteMany records notes in one transaction: the rows are locked
+// first, in id order as every multi-row writer locks them, so that the
+// insert, a statement of its own, reads each row's history after any
+// writer it waited for has committed (a history seq is the row's next).
+func (s *Store) MessageNoteMany(ctx context.Context, ps []store.NoteParams) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	ids, states, sources, details := make([]string, len(ps)), make([]string, len(ps)), make([]string, len(ps)), make([]string, len(ps))
+	for i, p := range ps {
+		ids[i], states[i], sources[i], details[i] = p.ID, string(p.State), p.Source, p.Detail
+	}
+	return s.inTx(ctx, "note", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT id FROM messages WHERE id = ANY($1) ORDER BY id FOR UPDATE", ids); err != nil {
+			return fmt.Errorf("postgres: note: %w", err)
+		}
+		at, err := s.clock(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, noteSQL, ids, states, sources, details, at); err != nil {
+			return fmt.Errorf("postgres: note: %w", err)
+		}
+		return nil
+	})
+}
+
+// MessageProviderIDOwners reads the rows of identity recording any of ids
+// in one statement, from the partial index messages_identity_provider_id
+// (its predicate, a provider id not empty, is written out for the
+// planner).
+func (s *Store) MessageProviderIDOwners(ctx context.Context, identity string, ids []string) ([]store.ProviderIDOwner, error) {
+	out := []store.ProviderIDOwner{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rs, err := s.pool.Query(ctx, ownersSQL, identity, ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: provider id owners: %w", err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var o store.ProviderIDOwner
+		var st string
+		if err := rs.Scan(&o.ProviderID, &o.ID, &o.Tenant, &o.Key, &o.ResendOf, &st); err != nil {
+			return nil, fmt.Errorf("postgres: provider id owners: %w", err)
+		}
+		o.State = state.State(st)
+		out = append(out, o)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: provider id owners: %w", err)
+	}
+	store.SortOwners(out)
+	return out, nil
+}
+
+// ownersSQL is MessageProviderIDOwners' statement.
+const ownersSQL = `SELECT provider_id, id, tenant, key, resend_of, state FROM messages
+WHERE identity = $1 AND provider_id = ANY($2::text[]) AND provider_id <> ''`
 
 // Stats reads the vital signs in one repeatable-read transaction (one
 // moment's figures). Counts by state are counted when asked: a counter
