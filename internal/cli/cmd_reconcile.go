@@ -64,8 +64,9 @@ func newReconcileCmd(a *app) *cobra.Command {
      other rows' messages, or several left, leave the row for a person with a
      note naming each message and its owner.
 
-What is left for a person keeps reconcile's note in the row's history (event
-note; written again only when it changes), and msgq stuck shows the latest.
+What is left for a person keeps reconcile's note on the row (written again
+only when it changes; the row's state, age and history are untouched), and
+msgq stuck shows it.
 
 Every change is written through the state machine, with source "reconcile" and
 the reason in the history. The first table is what changed (a row may change

@@ -332,9 +332,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		res.Unresolved = append(res.Unresolved, Left{ID: c.row.ID, Key: c.row.Key, Identity: c.row.Identity,
 			Age: max(0, now.Sub(c.row.UpdatedAt)), Attempts: c.row.Attempts, LastCode: c.row.LastCode, Note: c.note})
 	}
-	// What is left for a person keeps reconcile's note in its history, for
+	// What is left for a person keeps reconcile's note on the row, for
 	// msgq stuck to show; a note the row has already is not written again,
-	// so a reconcile run from cron adds nothing while nothing changes.
+	// so a reconcile run from cron writes nothing while nothing changes.
 	if ferr == nil && !cfg.DryRun {
 		if err := keepNotes(ctx, st, left); err != nil {
 			return res, err

@@ -233,13 +233,13 @@ func others(rivals map[string][]store.StuckMessage, m store.StuckMessage, pid st
 	return out
 }
 
-// keepNotes records the note of each row left for a person whose latest
-// note differs (the first, or what reconcile found changed), in batches.
+// keepNotes records the note of each row left for a person whose note
+// differs (the first, or what reconcile found changed), in batches.
 func keepNotes(ctx context.Context, st store.Store, left []candidate) error {
 	var ps []store.NoteParams
 	for _, c := range left {
 		if c.note != "" && c.note != c.row.Note {
-			ps = append(ps, store.NoteParams{ID: c.row.ID, State: state.Unknown, Source: store.SourceReconcile, Detail: c.note})
+			ps = append(ps, store.NoteParams{ID: c.row.ID, State: state.Unknown, Note: c.note})
 		}
 	}
 	for start := 0; start < len(ps); start += batchSize {

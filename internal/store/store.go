@@ -148,12 +148,12 @@ type Store interface {
 	MessageStuck(ctx context.Context, p *StuckParams) ([]StuckMessage, error)
 
 	// MessageNoteMany records, for each item whose row is still in
-	// p.State, a note in its history (event EventNote, from and to that
-	// state, not applied, at the store's clock): what reconcile found and
-	// why it could not settle the row, for msgq stuck to show
-	// (StuckMessage.Note). The row itself is not touched: its state,
-	// age and updated_at stay as they were. Items whose row is gone or
-	// moved on are skipped. One durable transaction.
+	// p.State, p.Note as the row's reconcile note (migration 0021): why
+	// reconcile could not settle it, for msgq stuck to show
+	// (StuckMessage.Note). Nothing else of the row changes: not its
+	// state, updated_at (its age) or history. Items whose row is gone or
+	// moved on are skipped; of two items for one row the later wins. One
+	// durable transaction.
 	MessageNoteMany(ctx context.Context, ps []NoteParams) error
 
 	// MessageProviderIDOwners returns the rows of identity (of any
@@ -223,22 +223,17 @@ type StuckMessage struct {
 	// LastCode is the provider code of the row's last attempt ("" when
 	// none, or the attempt had no code).
 	LastCode string
-	// Note is the detail of the row's latest note (MessageNoteMany)
-	// recorded in the state it is in now: why reconcile left it for a
-	// person. "" when none.
+	// Note is the row's reconcile note (MessageNoteMany): why the latest
+	// reconcile left it for a person. "" when none, and for a row not
+	// unknown (only unknown rows are noted).
 	Note string
 }
 
-// EventNote is the history event of a note (MessageNoteMany): something
-// recorded about a row that changes nothing.
-const EventNote = "note"
-
 // NoteParams is one note to record (MessageNoteMany).
 type NoteParams struct {
-	ID     string
-	State  state.State // the state the row must still be in
-	Source string
-	Detail string
+	ID    string
+	State state.State // the state the row must still be in
+	Note  string
 }
 
 // ProviderIDOwner is a row that records a provider id
@@ -558,8 +553,8 @@ const (
 	SourceOperator  = "operator"
 )
 
-// HistoryEntry is one state change (or, with Applied false, one piece of
-// evidence recorded but not applied, or a note: event EventNote).
+// HistoryEntry is one state change (or one piece of evidence recorded but
+// not applied, with Applied false).
 type HistoryEntry struct {
 	MessageID string       `json:"message_id"`
 	From      state.State  `json:"from"`

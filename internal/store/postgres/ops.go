@@ -72,42 +72,38 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	return out, rs.Err()
 }
 
-// stuckNoteSQL is a stuck row's latest note in its current state: a walk
-// back along the row's own history (its primary key), which holds a
-// handful of entries.
-const stuckNoteSQL = "coalesce((SELECT h.detail FROM history h WHERE h.message_id = messages.id AND h.event = '" + store.EventNote +
-	"' AND h.to_state = messages.state ORDER BY h.seq DESC LIMIT 1), '')"
-
-// noteSQL records the notes of rows still in the state each names, over
-// column arrays, at the store's clock ($5). Items of one row (the batch
-// may hold several) take consecutive seqs in their order.
-const noteSQL = `INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
-SELECT m.id, m.state, m.state, m.reason, '` + store.EventNote + `', false, x.source, x.detail, $5,
-	(SELECT coalesce(max(h.seq), 0) FROM history h WHERE h.message_id = m.id) + row_number() OVER (PARTITION BY m.id ORDER BY x.n)
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS x(id, state, source, detail, n)
-JOIN messages m ON m.id = x.id AND m.state = x.state`
+// stuckNoteSQL is a stuck row's reconcile note (only unknown rows have
+// one).
+const stuckNoteSQL = "CASE WHEN state = 'unknown' THEN reconcile_note ELSE '' END"
 
 // MessageNoteMany records notes in one transaction: the rows are locked
-// first, in id order as every multi-row writer locks them, so that the
-// insert, a statement of its own, reads each row's history after any
-// writer it waited for has committed (a history seq is the row's next).
+// first, in id order as every multi-row writer locks them (no deadlock
+// with a claim or a batch of transitions), then updated in one statement
+// over column arrays. Only reconcile_note changes: a transition waiting
+// on the lock then goes on as it would have.
 func (s *Store) MessageNoteMany(ctx context.Context, ps []store.NoteParams) error {
 	if len(ps) == 0 {
 		return nil
 	}
-	ids, states, sources, details := make([]string, len(ps)), make([]string, len(ps)), make([]string, len(ps)), make([]string, len(ps))
+	// Of two items for one row, the later wins (an UPDATE ... FROM would
+	// take either).
+	last := make(map[string]int, len(ps))
 	for i, p := range ps {
-		ids[i], states[i], sources[i], details[i] = p.ID, string(p.State), p.Source, p.Detail
+		last[p.ID] = i
+	}
+	var ids, states, notes []string
+	for i, p := range ps {
+		if last[p.ID] == i {
+			ids, states, notes = append(ids, p.ID), append(states, string(p.State)), append(notes, p.Note)
+		}
 	}
 	return s.inTx(ctx, "note", func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT id FROM messages WHERE id = ANY($1) ORDER BY id FOR UPDATE", ids); err != nil {
 			return fmt.Errorf("postgres: note: %w", err)
 		}
-		at, err := s.clock(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, noteSQL, ids, states, sources, details, at); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE messages m SET reconcile_note = x.note
+			FROM unnest($1::text[], $2::text[], $3::text[]) AS x(id, state, note)
+			WHERE m.id = x.id AND m.state = x.state`, ids, states, notes); err != nil {
 			return fmt.Errorf("postgres: note: %w", err)
 		}
 		return nil

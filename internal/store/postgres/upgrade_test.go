@@ -58,11 +58,11 @@ func TestAStoreFromC946b42IsRenumberedOnceAndMigratesNothing(t *testing.T) {
 		t.Fatalf("the fixture records %v, want the old 1-10", got)
 	}
 	applied, err := h.Migrate(ctx)
-	// Only what came after c946b42 (0012 opt-outs, 0013 daily recipients, 0014 challenges, 0015 API keys, 0016 events, 0017 SQL enqueue, 0018 its CLI parity, 0019 its Unicode phone numbers, 0020 its quiet hours); nothing runs again.
-	if err != nil || !reflect.DeepEqual(applied, []int{12, 13, 14, 15, 16, 17, 18, 19, 20}) {
-		t.Fatalf("migrating a c946b42 store applied %v, %v; want [12 13 14 15 16 17 18 19 20] (what came after it)", applied, err)
+	// Only what came after c946b42 (0012 opt-outs, 0013 daily recipients, 0014 challenges, 0015 API keys, 0016 events, 0017 SQL enqueue, 0018 its CLI parity, 0019 its Unicode phone numbers, 0020 its quiet hours, 0021 reconcile notes); nothing runs again.
+	if err != nil || !reflect.DeepEqual(applied, []int{12, 13, 14, 15, 16, 17, 18, 19, 20, 21}) {
+		t.Fatalf("migrating a c946b42 store applied %v, %v; want [12 13 14 15 16 17 18 19 20 21] (what came after it)", applied, err)
 	}
-	want := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}
+	want := []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}
 	if got := versions(t, h); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after migrating, versions %v, want %v", got, want)
 	}
@@ -96,10 +96,10 @@ func TestAStoreFromBeforeVitalsIsRenumberedAndGetsTheRest(t *testing.T) {
 		}
 	}
 	applied, err := h.Migrate(ctx)
-	if err != nil || !reflect.DeepEqual(applied, []int{11, 12, 13, 14, 15, 16, 17, 18, 19, 20}) {
-		t.Fatalf("migrating an old version-9 store applied %v, %v; want [11 12 13 14 15 16 17 18 19 20]", applied, err)
+	if err != nil || !reflect.DeepEqual(applied, []int{11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}) {
+		t.Fatalf("migrating an old version-9 store applied %v, %v; want [11 12 13 14 15 16 17 18 19 20 21]", applied, err)
 	}
-	if got := versions(t, h); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}) {
+	if got := versions(t, h); !reflect.DeepEqual(got, []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}) {
 		t.Fatalf("after migrating, versions %v", got)
 	}
 	now, err := h.ClockNow(ctx)
@@ -117,9 +117,10 @@ func TestANewSchemaIsNeverRenumbered(t *testing.T) {
 	ctx := context.Background()
 	h := open(t, url, freshSchema(t, url), Options{})
 	want := versions(t, h)
-	// Undo 0011 and what came after it (up to 0020), as a schema made before 0011 was
+	// Undo 0011 and what came after it (up to 0021), as a schema made before 0011 was
 	// written would be.
-	for _, q := range []string{"DELETE FROM schema_migrations WHERE version = 20",
+	for _, q := range []string{"ALTER TABLE messages DROP COLUMN reconcile_note", "DELETE FROM schema_migrations WHERE version = 21",
+		"DELETE FROM schema_migrations WHERE version = 20",
 		"DROP FUNCTION quiet_number_zone, quiet_ends, quiet_offset, quiet_in, quiet_window_text, quiet_parse, quiet_clock, go_quote",
 		"DROP TABLE phone_timezones", "DELETE FROM schema_migrations WHERE version = 19", "DROP FUNCTION phone_extract_possible, phone_normalize, phone_viable, sms_segments", "ALTER TABLE sql_identities DROP COLUMN max_segments", "DELETE FROM schema_migrations WHERE version = 18",
 		"DROP FUNCTION enqueue, normalize_phone, normalize_email, phone_extract_calling_code, " +
@@ -138,8 +139,8 @@ func TestANewSchemaIsNeverRenumbered(t *testing.T) {
 		}
 	}
 	applied, err := h.Migrate(ctx)
-	if err != nil || !reflect.DeepEqual(applied, []int{11, 12, 13, 14, 15, 16, 17, 18, 19, 20}) {
-		t.Fatalf("re-migrating after deleting 11 to 20 applied %v, %v; want [11 12 13 14 15 16 17 18 19 20] (no renumbering)", applied, err)
+	if err != nil || !reflect.DeepEqual(applied, []int{11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}) {
+		t.Fatalf("re-migrating after deleting 11 to 21 applied %v, %v; want [11 12 13 14 15 16 17 18 19 20 21] (no renumbering)", applied, err)
 	}
 	if got := versions(t, h); !reflect.DeepEqual(got, want) {
 		t.Fatalf("versions %v, want %v", got, want)

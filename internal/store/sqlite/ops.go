@@ -75,18 +75,13 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	return out, rs.Err()
 }
 
-// stuckNoteSQL is a stuck row's latest note in its current state: a walk
-// back along the row's own history (its primary key), which holds a
-// handful of entries.
-const stuckNoteSQL = "coalesce((SELECT h.detail FROM history h WHERE h.message_id = messages.id AND h.event = '" + store.EventNote +
-	"' AND h.to_state = messages.state ORDER BY h.seq DESC LIMIT 1), '')"
+// stuckNoteSQL is a stuck row's reconcile note (only unknown rows have
+// one).
+const stuckNoteSQL = "CASE WHEN state = 'unknown' THEN reconcile_note ELSE '' END"
 
-// noteSQL records one note on a row still in the given state, at the next
-// history seq; the row is not touched.
-const noteSQL = "INSERT INTO history (" + historyInsertCols + ") SELECT id, state, state, reason, '" + store.EventNote +
-	"', 0, ?, ?, ?, (SELECT coalesce(max(h.seq), 0) + 1 FROM history h WHERE h.message_id = messages.id) FROM messages WHERE id = ? AND state = ?"
-
-// MessageNoteMany records notes in one transaction, one statement each.
+// MessageNoteMany records notes in one transaction, one statement each:
+// an update of reconcile_note alone (state_counts' trigger watches state,
+// and updated_at, the row's age, is left as it is).
 func (s *Store) MessageNoteMany(ctx context.Context, ps []store.NoteParams) error {
 	if len(ps) == 0 {
 		return nil
@@ -98,9 +93,8 @@ func (s *Store) MessageNoteMany(ctx context.Context, ps []store.NoteParams) erro
 	defer tx.Rollback()
 	ts := newTxStmts(tx)
 	defer ts.close()
-	now := micros(s.clock())
 	for _, p := range ps {
-		if _, err := ts.exec(ctx, noteSQL, p.Source, p.Detail, now, p.ID, string(p.State)); err != nil {
+		if _, err := ts.exec(ctx, "UPDATE messages SET reconcile_note = ? WHERE id = ? AND state = ?", p.Note, p.ID, string(p.State)); err != nil {
 			return fmt.Errorf("sqlite: note: %w", err)
 		}
 	}

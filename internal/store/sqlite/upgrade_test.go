@@ -40,9 +40,9 @@ func TestAStoreFromC946b42OpensAndMigratesNothing(t *testing.T) {
 	}
 	defer s.Close()
 	applied, err := s.Migrate(ctx)
-	// Only what came after c946b42 (0012 opt-outs, 0013 daily recipients, 0014 challenges, 0015 API keys, 0016 events, 0017 SQL enqueue, 0018 its CLI parity, 0019 its Unicode phone numbers, 0020 its quiet hours); nothing runs again.
-	if err != nil || !reflect.DeepEqual(applied, []int{12, 13, 14, 15, 16, 17, 18, 19, 20}) {
-		t.Fatalf("migrating a c946b42 store applied %v, %v; want [12 13 14 15 16 17 18 19 20] (what came after it)", applied, err)
+	// Only what came after c946b42 (0012 opt-outs, 0013 daily recipients, 0014 challenges, 0015 API keys, 0016 events, 0017 SQL enqueue, 0018 its CLI parity, 0019 its Unicode phone numbers, 0020 its quiet hours, 0021 reconcile notes); nothing runs again.
+	if err != nil || !reflect.DeepEqual(applied, []int{12, 13, 14, 15, 16, 17, 18, 19, 20, 21}) {
+		t.Fatalf("migrating a c946b42 store applied %v, %v; want [12 13 14 15 16 17 18 19 20 21] (what came after it)", applied, err)
 	}
 	storetest.FixtureC946b42(t, s, time.Now())
 }
@@ -65,8 +65,8 @@ func TestAStoreFromBeforeVitalsGetsTheRestOnce(t *testing.T) {
 		}
 	}
 	applied, err := s.Migrate(ctx)
-	if err != nil || !reflect.DeepEqual(applied, []int{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}) {
-		t.Fatalf("migrating a version-9 store applied %v, %v; want [10 11 12 13 14 15 16 17 18 19 20]", applied, err)
+	if err != nil || !reflect.DeepEqual(applied, []int{10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}) {
+		t.Fatalf("migrating a version-9 store applied %v, %v; want [10 11 12 13 14 15 16 17 18 19 20 21]", applied, err)
 	}
 	storetest.FixtureC946b42(t, s, time.Now())
 }
