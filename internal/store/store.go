@@ -148,7 +148,7 @@ type Store interface {
 	MessageStuck(ctx context.Context, p *StuckParams) ([]StuckMessage, error)
 
 	// MessageNoteMany records, for each item whose row is still in
-	// p.State, p.Note as the row's reconcile note (migration 0021): why
+	// p.State, p.Note as the row's reconcile note (migration 0025): why
 	// reconcile could not settle it, for msgq stuck to show
 	// (StuckMessage.Note). Nothing else of the row changes: not its
 	// state, updated_at (its age) or history. Items whose row is gone or
