@@ -56,9 +56,17 @@ func newReconcileCmd(a *app) *cobra.Command {
      are applied as evidence, which only ever moves a row forward. An unknown
      row without one (its send's answer was lost) is searched for when its
      provider can list what it sent (twilio: the recipient's messages from the
-     identity's sender, near the row's call, matched on msgq's id or the text):
-     only a unique match settles it, and the row keeps the id found; no match,
-     or several, leaves it for a person with a note saying so.
+     identity's sender, near the row's call, matched on msgq's id or the text).
+     A listed message whose id another row of the identity already records
+     (a second send of the same text, a resend) is that row's and is left
+     out; only when exactly one is left, and no other row of the run could be
+     it too, does it settle the row, which keeps the id found. No match, only
+     other rows' messages, or several left, leave the row for a person with a
+     note naming each message and its owner.
+
+What is left for a person keeps reconcile's note on the row (written again
+only when it changes; the row's state, age and history are untouched), and
+msgq stuck shows it.
 
 Every change is written through the state machine, with source "reconcile" and
 the reason in the history. The first table is what changed (a row may change

@@ -198,6 +198,7 @@ func newSimServeCmd(a *app) *cobra.Command {
   GET    /deliveries                            every message that reached the phone, in order
   DELETE /deliveries                            empty that log
   GET    /calls                                 every call decided (replays and refusals too), in order
+  POST   /sim/clock                             {"advance":"20m"}: move the simulator's clock forward (tests)
   GET    /sim/smtp/mails                        with --smtp-addr: every mail accepted, as received (raw in base64)
 
 Any non-empty bearer token is accepted; the Twilio API takes basic auth with

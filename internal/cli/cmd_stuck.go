@@ -46,12 +46,16 @@ func newStuckCmd(a *app) *cobra.Command {
     drain that checked its lease just before the end may still be calling),
     or whose claim is older than --older-than;
   - unknown rows (a call may have reached the phone) older than --older-than.
-Age is the time since the row entered its state.
+Age is the time since the row entered its state. RECONCILE NOTE is why the
+latest msgq reconcile left the row for a person (for a search without a
+provider id: the messages the provider lists that match it, and which other
+rows own them), "-" before reconcile has seen it.
 
 Next steps: msgq reconcile applies what evidence there is; msgq resolve records
 a person's verdict; msgq resend sends again under a new key.
 
--o json prints an array of rows, each with last_code, age_ns and lease_expired.
+-o json prints an array of rows, each with last_code, age_ns, lease_expired and
+reconcile_note.
 With --fail-if-any, stuck exits 4 when it listed anything: one cron line away
 from an alert.
 
@@ -88,6 +92,11 @@ type stuckRow struct {
 	LastCode     string        `json:"last_code"`
 	Age          time.Duration `json:"age_ns"`
 	LeaseExpired bool          `json:"lease_expired"`
+	// ReconcileNote is why the latest msgq reconcile left the row for a
+	// person (its latest note in its current state; "" when none): a
+	// search's candidates and their owners, a failed look-up, a token not
+	// set.
+	ReconcileNote string `json:"reconcile_note"`
 }
 
 func runStuck(ctx context.Context, a *app, o *stuckOptions) error {
@@ -112,7 +121,7 @@ func runStuck(ctx context.Context, a *app, o *stuckOptions) error {
 	for i := range ms {
 		m := &ms[i]
 		rows[i] = stuckRow{&m.Message, m.LastCode, now.Sub(m.UpdatedAt),
-			m.State == state.Sending && m.LeaseUntil != nil && store.LeaseOver(*m.LeaseUntil, now)}
+			m.State == state.Sending && m.LeaseUntil != nil && store.LeaseOver(*m.LeaseUntil, now), m.Note}
 	}
 	if err := printStuck(a, rows, now); err != nil {
 		return err
@@ -148,9 +157,9 @@ func printStuck(a *app, rows []stuckRow, now time.Time) error {
 			}
 		}
 		out = append(out, []string{r.ID, r.Key, string(r.State), lease, r.Identity, recipient.Mask(r.Channel, r.To), ageLabel(r.Age),
-			strconv.Itoa(r.Attempts), orDash(r.LastCode)})
+			strconv.Itoa(r.Attempts), orDash(r.LastCode), orDash(r.ReconcileNote)})
 	}
-	return printTable(a.ios.Out, []string{"ID", "KEY", "STATE", "LEASE", "IDENTITY", "TO", "AGE", "ATTEMPTS", "LAST CODE"}, out)
+	return printTable(a.ios.Out, []string{"ID", "KEY", "STATE", "LEASE", "IDENTITY", "TO", "AGE", "ATTEMPTS", "LAST CODE", "RECONCILE NOTE"}, out)
 }
 
 // ageLabel formats a duration for tables: to the second, e.g. 3m12s or 49h0m5s.

@@ -291,13 +291,13 @@ func TestStuckListsWhatMayHaveGoneOut(t *testing.T) {
 			t.Fatalf("stuck: exit %d, stderr %q", code, stderr)
 		}
 		lines := strings.Split(strings.TrimSpace(stdout), "\n")
-		if len(lines) != 4 || !regexp.MustCompile(`^ID +KEY +STATE +LEASE +IDENTITY +TO +AGE +ATTEMPTS +LAST CODE$`).MatchString(lines[0]) {
+		if len(lines) != 4 || !regexp.MustCompile(`^ID +KEY +STATE +LEASE +IDENTITY +TO +AGE +ATTEMPTS +LAST CODE +RECONCILE NOTE$`).MatchString(lines[0]) {
 			t.Fatalf("stuck table:\n%s", stdout)
 		}
 		for i, re := range []string{
-			`^` + expired.ID + ` +expired +sending +expired +shop +\+1555\*+\d\d +\d+s +1 +-$`,
-			`^` + live.ID + ` +live +sending +live until \S+ +shop +\+1555\*+\d\d +\d+s +1 +-$`,
-			`^` + unk.ID + ` +unk +unknown +- +other +\+1555\*+\d\d +\d+s +1 +131000$`,
+			`^` + expired.ID + ` +expired +sending +expired +shop +\+1555\*+\d\d +\d+s +1 +- +-$`,
+			`^` + live.ID + ` +live +sending +live until \S+ +shop +\+1555\*+\d\d +\d+s +1 +- +-$`,
+			`^` + unk.ID + ` +unk +unknown +- +other +\+1555\*+\d\d +\d+s +1 +131000 +-$`,
 		} {
 			if !regexp.MustCompile(re).MatchString(lines[i+1]) {
 				t.Errorf("stuck table line %d: %q, want %q", i+1, lines[i+1], re)

@@ -137,13 +137,24 @@ type Lookuper interface {
 // provider's id (Twilio's list of messages to a recipient, matched on
 // msgq's id or the text): reconcile asks it about unknown rows whose
 // send's answer, and so the id, was lost. m is the row as the drain sent
-// it, around the time of its call. matches counts the messages that
-// could be m; id and status are set only when there is exactly one, the
-// only answer reconcile settles a row on. res is Accepted when the
-// provider's listing was read whole, else the failed call's
-// classification.
+// it, around the time of its call. found is every message that could be
+// m, in the provider's order: the provider cannot know which of them
+// other rows already own (a second send of the same text to the same
+// number, or an operator's resend), so reconcile leaves those out through
+// the store and settles a row only when exactly one is left
+// (docs/operations.md, reconcile). res is Accepted when the provider's
+// listing was read whole, else the failed call's classification (found
+// is then nil).
 type Finder interface {
-	Find(ctx context.Context, m *Message, around time.Time) (id, status string, matches int, res Result)
+	Find(ctx context.Context, m *Message, around time.Time) (found []Candidate, res Result)
+}
+
+// Candidate is one message a Finder found that could be the row it was
+// asked about.
+type Candidate struct {
+	ID     string // the provider's id
+	Status string // the provider's status, in its own words (StatusMapper)
+	Code   string // the provider's error code for it, verbatim ("" for none)
 }
 
 // StatusMapper is a Lookuper or Finder whose statuses are its own

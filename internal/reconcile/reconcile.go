@@ -112,6 +112,21 @@ type Result struct {
 // look-up, declared with the kinds (provider.Lookuper).
 type Lookuper = provider.Lookuper
 
+// candidate is an unknown row reconcile asks about, with what it says of
+// the row so far.
+type candidate struct {
+	row  store.StuckMessage
+	note string
+}
+
+// outcome is what asking about one row found: evidence to apply (status
+// not state.None, with the provider id to record when a search found it,
+// and the history detail), or a note saying why there is none.
+type outcome struct {
+	status         state.State
+	pid, why, note string
+}
+
 // batchSize bounds one transaction of reconcile's writes.
 const batchSize = 256
 
@@ -229,10 +244,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	res := Result{DryRun: cfg.DryRun, Changed: append([]Change{}, fromWebhooks...), Unresolved: []Left{}}
-	type candidate struct {
-		row  store.StuckMessage
-		note string
-	}
 	var cands []candidate
 
 	// 1. Expired leases: never sent again blindly.
@@ -259,41 +270,55 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cands = append(cands, candidate{m, ""})
 	}
 
-	// 2. Look-ups, for the rows that can be looked up.
-	var evidence []planned
-	var left []candidate
-	for _, c := range cands {
-		var status state.State
-		var why, note string
-		var pid string
+	// 2. Look-ups, for the rows that can be looked up, and searches for
+	// those without a provider id. A search is decided only once every
+	// row's search is in: a message two rows of this run could each be is
+	// neither's (rivals).
+	outs := make([]outcome, len(cands))
+	searches := make([]*search, len(cands))
+	for i, c := range cands {
 		f, finds := provs[c.row.Identity].(Finder)
 		switch {
 		case lacking[c.row.Identity]:
-			note = fmt.Sprintf("identity %s's token is not set here: not looked up", c.row.Identity)
+			outs[i].note = fmt.Sprintf("identity %s's token is not set here: not looked up", c.row.Identity)
 		case c.row.ProviderID == "" && finds:
 			around, err := callTime(ctx, st, c.row)
 			if err != nil {
 				return res, err
 			}
-			status, pid, why, note = findOne(ctx, c.row, f, around, cfg.CallTimeout)
+			searches[i], err = searchFor(ctx, st, c.row, f, around, cfg.CallTimeout)
+			if err != nil {
+				return res, err
+			}
 		default:
-			status, why, note = lookUp(ctx, c.row, provs, cfg.CallTimeout)
+			outs[i].status, outs[i].why, outs[i].note = lookUp(ctx, c.row, provs, cfg.CallTimeout)
 		}
-		if status == state.None {
-			c.note = joinNotes(c.note, note)
+	}
+	rivals := rivalsOf(cands, searches)
+	for i, s := range searches {
+		if s != nil {
+			outs[i] = decide(cands[i].row, s, rivals, provs[cands[i].row.Identity])
+		}
+	}
+	var evidence []planned
+	var left []candidate
+	for i, c := range cands {
+		o := outs[i]
+		if o.status == state.None {
+			c.note = joinNotes(c.note, o.note)
 			left = append(left, c)
 			continue
 		}
-		ev := state.Event{Kind: state.Evidence, Status: status}
+		ev := state.Event{Kind: state.Evidence, Status: o.status}
 		r, err := state.Transition(state.Unknown, ev)
 		if err != nil { // the machine takes every provider status from unknown
 			return Result{}, err
 		}
 		evidence = append(evidence, planned{
-			params: store.TransitionParams{ID: c.row.ID, From: state.Unknown, Event: ev, Source: store.SourceReconcile, Detail: why,
-				ProviderID: pid},
+			params: store.TransitionParams{ID: c.row.ID, From: state.Unknown, Event: ev, Source: store.SourceReconcile, Detail: o.why,
+				ProviderID: o.pid},
 			change: Change{ID: c.row.ID, Key: c.row.Key, Identity: c.row.Identity, From: state.Unknown, To: r.To,
-				Reason: r.Reason, Event: ev.String(), Why: why},
+				Reason: r.Reason, Event: ev.String(), Why: o.why},
 			row: c.row,
 		})
 	}
@@ -306,6 +331,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	for _, c := range left {
 		res.Unresolved = append(res.Unresolved, Left{ID: c.row.ID, Key: c.row.Key, Identity: c.row.Identity,
 			Age: max(0, now.Sub(c.row.UpdatedAt)), Attempts: c.row.Attempts, LastCode: c.row.LastCode, Note: c.note})
+	}
+	// What is left for a person keeps reconcile's note on the row, for
+	// msgq stuck to show; a note the row has already is not written again,
+	// so a reconcile run from cron writes nothing while nothing changes.
+	if ferr == nil && !cfg.DryRun {
+		if err := keepNotes(ctx, st, left); err != nil {
+			return res, err
+		}
 	}
 	// Challenges last (docs/challenges.md): what was settled above may
 	// complete one, or unblock or cancel its next step.
@@ -447,37 +480,6 @@ func callTime(ctx context.Context, st store.Store, m store.StuckMessage) (time.T
 		return as[len(as)-1].StartedAt, nil
 	}
 	return m.UpdatedAt, nil
-}
-
-// findOne searches the provider for the message m became when its send's
-// answer (and so the provider's id) was lost. Only a unique match settles
-// the row: it returns the evidence with the found id, for the row to
-// keep. Zero matches, several, or a failed search leave it with a note.
-func findOne(ctx context.Context, m store.StuckMessage, f Finder, around time.Time, timeout time.Duration) (status state.State, pid, why, note string) {
-	if m.Payload == nil {
-		return state.None, "", "", "no provider id, and no content to search for"
-	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	msg := &provider.Message{ID: m.ID, To: m.To, Channel: m.Channel, Payload: *m.Payload}
-	id, raw, n, res := f.Find(cctx, msg, around)
-	switch {
-	case res.Class != retry.Accepted:
-		return state.None, "", "", "no provider id, and the search failed: " + lookupFailure(res)
-	case n == 0:
-		return state.None, "", "", fmt.Sprintf("no provider id, and the provider lists no message that matches it (near %s): not settled", stamp(around))
-	case n > 1 || id == "":
-		return state.None, "", "", fmt.Sprintf("no provider id, and the provider lists %d messages that match it (near %s): which is this one cannot be told", n, stamp(around))
-	}
-	status = statusOf(f, raw)
-	if status == state.None {
-		return state.None, "", "", fmt.Sprintf("no provider id; the one message that matches it, %s, reports %q, which settles nothing", id, raw)
-	}
-	why = fmt.Sprintf("provider search (no provider id): one message matches it, %s, status %q", id, raw)
-	if res.Code != "" {
-		why += ", code " + res.Code
-	}
-	return status, id, why, ""
 }
 
 // Finder is a provider that can find a message without its id (Twilio's

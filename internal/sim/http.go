@@ -25,6 +25,7 @@ const maxBody = 1 << 20
 //	GET    /deliveries                             the delivery log, a JSON array of Delivery
 //	DELETE /deliveries                             empties the delivery log (ResetDeliveries)
 //	GET    /calls                                  the call log, a JSON array of Call
+//	POST   /sim/clock                              {"advance":"20m"}: move the clock forward (Advance)
 //
 // Latency and faults apply to the two POSTs only; the look-up and the
 // delivery log always answer at once.
@@ -50,7 +51,32 @@ func (s *Sim) Handler() http.Handler {
 		s.ResetDeliveries()
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("POST /sim/clock", s.advanceClock)
 	return mux
+}
+
+// advanceClock serves POST /sim/clock {"advance":"20m"}: it moves the
+// clock forward and answers {"now": the new time}, or 400 with
+// {"error"} for a body that is not a positive duration.
+func (s *Sim) advanceClock(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Advance string `json:"advance"`
+	}
+	var now time.Time
+	err := json.NewDecoder(io.LimitReader(r.Body, maxBody)).Decode(&req)
+	if err == nil {
+		var d time.Duration
+		if d, err = time.ParseDuration(req.Advance); err == nil {
+			now, err = s.Advance(d)
+		}
+	}
+	if err != nil {
+		resp := response{status: http.StatusBadRequest, body: mustJSON(map[string]string{"error": `want {"advance": "20m"}: ` + err.Error()})}
+		resp.write(w)
+		return
+	}
+	resp := response{status: http.StatusOK, body: mustJSON(map[string]string{"now": now.UTC().Format(time.RFC3339Nano)})}
+	resp.write(w)
 }
 
 // response is an answer not yet written, so a fault can delay or lose it.

@@ -43,6 +43,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/msgq/msgq/internal/webhook/verify"
@@ -277,10 +278,13 @@ type keyEntry struct {
 
 // Sim is a simulated provider. It is safe for concurrent use.
 type Sim struct {
-	cfg  Config
-	now  func() time.Time
-	cum  [6]float64 // cumulative fault thresholds
-	draw bool       // some fault has a non-zero probability
+	cfg Config
+	// now is the simulator's clock: Config.Now, moved on by ahead
+	// (Advance).
+	now   func() time.Time
+	ahead atomic.Int64 // nanoseconds
+	cum   [6]float64   // cumulative fault thresholds
+	draw  bool         // some fault has a non-zero probability
 
 	mu         sync.Mutex
 	rng        *rand.Rand
@@ -315,14 +319,15 @@ func newSim(cfg Config, workers, queue int) *Sim {
 	}
 	s := &Sim{
 		cfg:  cfg,
-		now:  cfg.Now,
 		rng:  rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		keys: make(map[string]keyEntry),
 		ids:  make(map[string]struct{}),
 	}
-	if s.now == nil {
-		s.now = time.Now
+	base := cfg.Now
+	if base == nil {
+		base = time.Now
 	}
+	s.now = func() time.Time { return base().Add(time.Duration(s.ahead.Load())) }
 	sum := 0.0
 	for i, p := range cfg.probabilities() {
 		sum += p
@@ -333,6 +338,18 @@ func newSim(cfg Config, workers, queue int) *Sim {
 		s.wh = newWebhooks(&s.cfg, s.now, workers, queue)
 	}
 	return s
+}
+
+// Advance moves the simulator's clock d forward, for tests of what
+// happens later (POST /sim/clock): the dates of the messages it accepts
+// from now on, the statuses it computes and the times it logs. d must be
+// positive: the clock never goes back. It returns the clock's new time.
+func (s *Sim) Advance(d time.Duration) (time.Time, error) {
+	if d <= 0 {
+		return time.Time{}, fmt.Errorf("the clock only moves forward: %v is not a positive duration", d)
+	}
+	s.ahead.Add(int64(d))
+	return s.now(), nil
 }
 
 // Close stops the status webhooks: the posts in flight get a couple of

@@ -386,3 +386,35 @@ func twCode(t *testing.T, r *reply) int {
 	}
 	return e.Code
 }
+
+// TestTheClockMovesForwardOnRequest: POST /sim/clock moves the
+// simulator's clock, so a test can have a message dated later than its
+// real time (reconcile's search window) without waiting; it never moves
+// back, and a bad body is refused and changes nothing.
+func TestTheClockMovesForwardOnRequest(t *testing.T) {
+	t.Parallel()
+	s, srv := serve(t, cfgWith(func(c *sim.Config) { c.StatusDelay = time.Hour }))
+	first := decodeRes(t, twCall(t, "POST", srv.URL+twPath(".json"), twAccount, "tok", twSendForm(twTo, "one", "")))
+	for _, body := range []string{`{"advance":"-1m"}`, `{"advance":"0s"}`, `{"advance":"soon"}`, `{}`, `not json`} {
+		if r := mustPost(t, srv.URL+"/sim/clock", "", body); r.status != http.StatusBadRequest || !bytes.Contains(r.body, []byte(`"error"`)) {
+			t.Errorf("POST /sim/clock %s: %d %s, want 400", body, r.status, r.body)
+		}
+	}
+	r := mustPost(t, srv.URL+"/sim/clock", "", `{"advance":"20m"}`)
+	var ans struct{ Now time.Time }
+	if err := json.Unmarshal(r.body, &ans); err != nil || r.status != http.StatusOK || !ans.Now.Equal(fixedNow.Add(20*time.Minute)) {
+		t.Fatalf("POST /sim/clock: %d %s, want now %v", r.status, r.body, fixedNow.Add(20*time.Minute))
+	}
+	second := decodeRes(t, twCall(t, "POST", srv.URL+twPath(".json"), twAccount, "tok", twSendForm(twTo, "two", "")))
+	d1, err1 := time.Parse(time.RFC1123Z, first.DateCreated)
+	d2, err2 := time.Parse(time.RFC1123Z, second.DateCreated)
+	if err1 != nil || err2 != nil || d2.Sub(d1) != 20*time.Minute {
+		t.Errorf("date_created %q then %q, want 20m apart", first.DateCreated, second.DateCreated)
+	}
+	if ds := s.Deliveries(); len(ds) != 2 || ds[1].At.Sub(ds[0].At) != 20*time.Minute {
+		t.Errorf("deliveries %+v, want logged 20m apart", ds)
+	}
+	if _, err := s.Advance(-time.Second); err == nil {
+		t.Error("Advance(-1s) moved the clock back")
+	}
+}

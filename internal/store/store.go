@@ -8,9 +8,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/msgq/msgq/internal/state"
@@ -145,6 +147,23 @@ type Store interface {
 	// bad filter.
 	MessageStuck(ctx context.Context, p *StuckParams) ([]StuckMessage, error)
 
+	// MessageNoteMany records, for each item whose row is still in
+	// p.State, p.Note as the row's reconcile note (migration 0025): why
+	// reconcile could not settle it, for msgq stuck to show
+	// (StuckMessage.Note). Nothing else of the row changes: not its
+	// state, updated_at (its age) or history. Items whose row is gone or
+	// moved on are skipped; of two items for one row the later wins. One
+	// durable transaction.
+	MessageNoteMany(ctx context.Context, ps []NoteParams) error
+
+	// MessageProviderIDOwners returns the rows of identity (of any
+	// tenant: provider ids are unique per identity, as evidence matching
+	// reads them) whose provider id is one of ids, ordered by provider id
+	// and row id. A provider id two rows record (a collision, migration
+	// 0008) returns both. It reads the index messages_identity_provider_id
+	// only, whatever the table's size.
+	MessageProviderIDOwners(ctx context.Context, identity string, ids []string) ([]ProviderIDOwner, error)
+
 	// Stats returns the queue's vital signs at p.Now (docs/operations.md).
 	Stats(ctx context.Context, p *StatsParams) (*Stats, error)
 
@@ -204,6 +223,36 @@ type StuckMessage struct {
 	// LastCode is the provider code of the row's last attempt ("" when
 	// none, or the attempt had no code).
 	LastCode string
+	// Note is the row's reconcile note (MessageNoteMany): why the latest
+	// reconcile left it for a person. "" when none, and for a row not
+	// unknown (only unknown rows are noted).
+	Note string
+}
+
+// NoteParams is one note to record (MessageNoteMany).
+type NoteParams struct {
+	ID    string
+	State state.State // the state the row must still be in
+	Note  string
+}
+
+// ProviderIDOwner is a row that records a provider id
+// (MessageProviderIDOwners).
+type ProviderIDOwner struct {
+	ProviderID string
+	ID         string
+	Tenant     string
+	Key        string
+	ResendOf   string
+	State      state.State
+}
+
+// SortOwners orders os as MessageProviderIDOwners returns them: by
+// provider id, then row id.
+func SortOwners(os []ProviderIDOwner) {
+	slices.SortFunc(os, func(a, b ProviderIDOwner) int {
+		return cmp.Or(cmp.Compare(a.ProviderID, b.ProviderID), cmp.Compare(a.ID, b.ID))
+	})
 }
 
 // StatsParams says what Stats measures.

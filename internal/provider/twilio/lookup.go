@@ -118,15 +118,15 @@ const (
 // does), its msgq_id decides instead: ours matches, another row's does
 // not.
 //
-// matches counts the candidates; sid and status are set only when there
-// is exactly one, the only answer reconcile may settle on. Zero matches
-// proves nothing: a message still queued at Twilio may have no date_sent
-// yet and so be left out of a DateSent filter, and two rows with one text
-// to one number in one window cannot be told apart. res is Accepted when
-// the listing was read whole, else the failed page's classification.
-func (c *Client) Find(ctx context.Context, m *provider.Message, around time.Time) (sid, status string, matches int, res provider.Result) {
+// found is every candidate, in the listing's order, each with its status
+// and error code: which of them other rows already own is for reconcile to
+// tell (it asks the store), not this package. Zero candidates prove
+// nothing: a message still queued at Twilio may have no date_sent yet and
+// so be left out of a DateSent filter. res is Accepted when the listing
+// was read whole, else the failed page's classification.
+func (c *Client) Find(ctx context.Context, m *provider.Message, around time.Time) (found []provider.Candidate, res provider.Result) {
 	if c.messages == "" {
-		return "", "", 0, c.misconfigured()
+		return nil, c.misconfigured()
 	}
 	lo, hi := around.Add(-FindWindow).UTC(), around.Add(FindWindow).UTC()
 	q := url.Values{}
@@ -142,20 +142,19 @@ func (c *Client) Find(ctx context.Context, m *provider.Message, around time.Time
 	// libraries do.
 	next := c.messages + ".json?" + q.Encode()
 
-	var found []*message
 	for page := 0; next != ""; page++ {
 		if page == maxFindPages {
-			return "", "", 0, provider.Result{Class: retry.Ambiguous,
+			return nil, provider.Result{Class: retry.Ambiguous,
 				RawError: fmt.Sprintf("msgq: more than %d pages of messages to this recipient; not matching", maxFindPages)}
 		}
 		var list messageList
 		res = c.getJSON(ctx, next, &list)
 		if res.Class != retry.Accepted {
-			return "", "", 0, res
+			return nil, res
 		}
 		for i := range list.Messages {
-			if c.candidate(&list.Messages[i], m, lo, hi) {
-				found = append(found, &list.Messages[i])
+			if lm := &list.Messages[i]; c.candidate(lm, m, lo, hi) {
+				found = append(found, provider.Candidate{ID: lm.SID, Status: lm.Status, Code: errorCode(lm)})
 			}
 		}
 		next = ""
@@ -163,13 +162,7 @@ func (c *Client) Find(ctx context.Context, m *provider.Message, around time.Time
 			next = strings.TrimRight(c.cfg.BaseURL, "/") + list.NextPageURI
 		}
 	}
-	res = provider.Result{Class: retry.Accepted, HTTPStatus: http.StatusOK}
-	if len(found) == 1 {
-		res.ProviderID = found[0].SID
-		res.Code = errorCode(found[0])
-		return found[0].SID, found[0].Status, 1, res
-	}
-	return "", "", len(found), res
+	return found, provider.Result{Class: retry.Accepted, HTTPStatus: http.StatusOK}
 }
 
 func (c *Client) candidate(lm *message, m *provider.Message, lo, hi time.Time) bool {

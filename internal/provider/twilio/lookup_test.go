@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -78,19 +79,21 @@ func TestFind(t *testing.T) {
 	ours := listed{"SMours", "delivered", recipient, sender, m.Payload.Text, "outbound-api", at(time.Second), ""}
 
 	for _, tc := range []struct {
-		name    string
-		pages   []string
-		sid     string
-		matches int
+		name  string
+		pages []string
+		sids  []string
 	}{
-		{"one match", []string{page([]listed{ours}, "")}, "SMours", 1},
-		{"no message", []string{page(nil, "")}, "", 0},
-		{"another body", []string{page([]listed{func() listed { l := ours; l.Body = "other"; return l }()}, "")}, "", 0},
-		{"inbound from the recipient", []string{page([]listed{func() listed { l := ours; l.Direction = "inbound"; return l }()}, "")}, "", 0},
-		{"from another sender", []string{page([]listed{func() listed { l := ours; l.From = "+15559999999"; return l }()}, "")}, "", 0},
-		{"outside the window", []string{page([]listed{func() listed { l := ours; l.DateCreated = at(-time.Hour); return l }()}, "")}, "", 0},
-		{"two alike: no unique match", []string{page([]listed{ours, func() listed { l := ours; l.SID = "SMtwin"; return l }()}, "")}, "", 2},
-		{"the match is on the second page", []string{page([]listed{func() listed { l := ours; l.Body = "x"; return l }()}, "/2010-04-01/Accounts/"+accountSID+"/Messages.json?PageToken=p2"), page([]listed{ours}, "")}, "SMours", 1},
+		{"one match", []string{page([]listed{ours}, "")}, []string{"SMours"}},
+		{"no message", []string{page(nil, "")}, nil},
+		{"another body", []string{page([]listed{func() listed { l := ours; l.Body = "other"; return l }()}, "")}, nil},
+		{"inbound from the recipient", []string{page([]listed{func() listed { l := ours; l.Direction = "inbound"; return l }()}, "")}, nil},
+		{"from another sender", []string{page([]listed{func() listed { l := ours; l.From = "+15559999999"; return l }()}, "")}, nil},
+		{"outside the window", []string{page([]listed{func() listed { l := ours; l.DateCreated = at(-time.Hour); return l }()}, "")}, nil},
+		// Both are returned: which one another row owns is reconcile's to
+		// tell, through the store.
+		{"two alike: both are candidates", []string{page([]listed{ours, func() listed { l := ours; l.SID = "SMtwin"; return l }()}, "")},
+			[]string{"SMours", "SMtwin"}},
+		{"the match is on the second page", []string{page([]listed{func() listed { l := ours; l.Body = "x"; return l }()}, "/2010-04-01/Accounts/"+accountSID+"/Messages.json?PageToken=p2"), page([]listed{ours}, "")}, []string{"SMours"}},
 		{"a callback URL naming us decides over a twin", []string{page([]listed{
 			func() listed { l := ours; l.StatusCallback = "https://h/t?msgq_id=" + m.ID; return l }(),
 			func() listed {
@@ -99,7 +102,7 @@ func TestFind(t *testing.T) {
 				l.StatusCallback = "https://h/t?msgq_id=OTHERROW"
 				return l
 			}(),
-		}, "")}, "SMours", 1},
+		}, "")}, []string{"SMours"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := 0
@@ -108,12 +111,16 @@ func TestFind(t *testing.T) {
 				w.Write([]byte(tc.pages[n]))
 				n++
 			})
-			sid, status, matches, res := f.client().Find(context.Background(), m, attempt)
-			if sid != tc.sid || matches != tc.matches || res.Class != retry.Accepted {
-				t.Fatalf("Find = %q %q %d %+v; want %q, %d matches", sid, status, matches, res, tc.sid, tc.matches)
+			found, res := f.client().Find(context.Background(), m, attempt)
+			var sids []string
+			for _, c := range found {
+				sids = append(sids, c.ID)
+				if c.Status != "delivered" || c.Code != "" {
+					t.Errorf("candidate %+v: want status delivered and no code", c)
+				}
 			}
-			if tc.sid != "" && (status != "delivered" || res.ProviderID != tc.sid) {
-				t.Errorf("status %q, result %+v", status, res)
+			if !slices.Equal(sids, tc.sids) || res.Class != retry.Accepted {
+				t.Fatalf("Find = %q %+v; want %q", sids, res, tc.sids)
 			}
 			q := f.requests()[0]
 			if q.Path != "/2010-04-01/Accounts/"+accountSID+"/Messages.json" {
@@ -133,17 +140,17 @@ func TestFind(t *testing.T) {
 
 func TestFindFailures(t *testing.T) {
 	f := newFake(t, 401, nil, twilioError(20003, 401, "Authenticate"))
-	_, _, n, res := f.client().Find(context.Background(), textMessage(), now)
-	if n != 0 || res.Class != retry.Identity {
-		t.Errorf("refused credentials: %d %+v", n, res)
+	found, res := f.client().Find(context.Background(), textMessage(), now)
+	if found != nil || res.Class != retry.Identity {
+		t.Errorf("refused credentials: %+v %+v", found, res)
 	}
 	g := newFake(t, 200, nil, "not json")
-	if _, _, _, res := g.client().Find(context.Background(), textMessage(), now); res.Class != retry.Ambiguous {
+	if _, res := g.client().Find(context.Background(), textMessage(), now); res.Class != retry.Ambiguous {
 		t.Errorf("unreadable listing: %+v", res)
 	}
 	// Endless pages: Find gives up rather than reading forever.
 	h := newFake(t, 200, nil, page(nil, "/2010-04-01/Accounts/"+accountSID+"/Messages.json?PageToken=again"))
-	if _, _, _, res := h.client().Find(context.Background(), textMessage(), now); res.Class == retry.Accepted {
+	if _, res := h.client().Find(context.Background(), textMessage(), now); res.Class == retry.Accepted {
 		t.Errorf("endless pages: %+v", res)
 	}
 }

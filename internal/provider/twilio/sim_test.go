@@ -51,14 +51,15 @@ func TestClientAgainstTheSimulator(t *testing.T) {
 	if _, lres := c.Lookup(context.Background(), "SM00000000000000000000000000000000"); lres.Class != retry.Permanent || lres.Code != "20404" {
 		t.Errorf("lookup of an unknown sid: %+v", lres)
 	}
-	sid, status, n, fres := c.Find(context.Background(), m, now)
-	if n != 1 || sid != res.ProviderID || status != "sent" || fres.Class != retry.Accepted {
-		t.Errorf("find: %q %q %d %+v", sid, status, n, fres)
+	found, fres := c.Find(context.Background(), m, now)
+	if len(found) != 1 || found[0].ID != res.ProviderID || found[0].Status != "sent" || fres.Class != retry.Accepted {
+		t.Errorf("find: %+v %+v", found, fres)
 	}
-	// The same text again: two candidates, no unique match.
-	c.Send(context.Background(), m)
-	if sid, _, n, _ := c.Find(context.Background(), m, now); n != 2 || sid != "" {
-		t.Errorf("find with a twin: %q %d", sid, n)
+	// The same text again: two candidates, both returned, newest first
+	// as Twilio lists them.
+	twin := c.Send(context.Background(), m)
+	if found, _ := c.Find(context.Background(), m, now); len(found) != 2 || found[0].ID != twin.ProviderID || found[1].ID != res.ProviderID {
+		t.Errorf("find with a twin: %+v, want %s and %s", found, res.ProviderID, twin.ProviderID)
 	}
 }
 

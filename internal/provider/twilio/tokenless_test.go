@@ -33,7 +33,7 @@ func TestTokenlessClientHasTheKindsProperties(t *testing.T) {
 	if !looks || !finds || !maps || p.Idempotent() {
 		t.Fatalf("tokenless %T: lookuper %v finder %v mapper %v idempotent %v", p, looks, finds, maps, p.Idempotent())
 	}
-	if _, _, _, res := f.Find(context.Background(), &provider.Message{ID: "01J", To: "+15551234567", Payload: store.Payload{Text: "hi"}}, now); res.Class != retry.Identity {
+	if _, res := f.Find(context.Background(), &provider.Message{ID: "01J", To: "+15551234567", Payload: store.Payload{Text: "hi"}}, now); res.Class != retry.Identity {
 		t.Errorf("tokenless Find: %+v, want a local Identity failure", res)
 	}
 	if st, ok := sm.StatusState("queued"); !ok || st != state.Sent {

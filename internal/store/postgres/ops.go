@@ -53,8 +53,8 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	if limit <= 0 {
 		limit = store.DefaultListLimit
 	}
-	q := "SELECT " + messageCols + ", coalesce((SELECT provider_code FROM attempts a WHERE a.message_id = messages.id ORDER BY seq DESC LIMIT 1), '') " +
-		"FROM messages WHERE " + strings.Join(where, " AND ") + " ORDER BY updated_at, id LIMIT " + arg(limit)
+	q := "SELECT " + messageCols + ", coalesce((SELECT provider_code FROM attempts a WHERE a.message_id = messages.id ORDER BY seq DESC LIMIT 1), ''), " +
+		stuckNoteSQL + " FROM messages WHERE " + strings.Join(where, " AND ") + " ORDER BY updated_at, id LIMIT " + arg(limit)
 	rs, err := s.pool.Query(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: stuck: %w", err)
@@ -62,15 +62,87 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	defer rs.Close()
 	out := []store.StuckMessage{}
 	for rs.Next() {
-		var code string
-		m, err := scanMessage(withExtra(rs, &code))
+		var code, note string
+		m, err := scanMessage(withExtra(rs, &code, &note))
 		if err != nil {
 			return nil, fmt.Errorf("postgres: stuck: %w", err)
 		}
-		out = append(out, store.StuckMessage{Message: *m, LastCode: code})
+		out = append(out, store.StuckMessage{Message: *m, LastCode: code, Note: note})
 	}
 	return out, rs.Err()
 }
+
+// stuckNoteSQL is a stuck row's reconcile note (only unknown rows have
+// one).
+const stuckNoteSQL = "CASE WHEN state = 'unknown' THEN reconcile_note ELSE '' END"
+
+// MessageNoteMany records notes in one transaction: the rows are locked
+// first, in id order as every multi-row writer locks them (no deadlock
+// with a claim or a batch of transitions), then updated in one statement
+// over column arrays. Only reconcile_note changes: a transition waiting
+// on the lock then goes on as it would have.
+func (s *Store) MessageNoteMany(ctx context.Context, ps []store.NoteParams) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	// Of two items for one row, the later wins (an UPDATE ... FROM would
+	// take either).
+	last := make(map[string]int, len(ps))
+	for i, p := range ps {
+		last[p.ID] = i
+	}
+	var ids, states, notes []string
+	for i, p := range ps {
+		if last[p.ID] == i {
+			ids, states, notes = append(ids, p.ID), append(states, string(p.State)), append(notes, p.Note)
+		}
+	}
+	return s.inTx(ctx, "note", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT id FROM messages WHERE id = ANY($1) ORDER BY id FOR UPDATE", ids); err != nil {
+			return fmt.Errorf("postgres: note: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE messages m SET reconcile_note = x.note
+			FROM unnest($1::text[], $2::text[], $3::text[]) AS x(id, state, note)
+			WHERE m.id = x.id AND m.state = x.state`, ids, states, notes); err != nil {
+			return fmt.Errorf("postgres: note: %w", err)
+		}
+		return nil
+	})
+}
+
+// MessageProviderIDOwners reads the rows of identity recording any of ids
+// in one statement, from the partial index messages_identity_provider_id
+// (its predicate, a provider id not empty, is written out for the
+// planner).
+func (s *Store) MessageProviderIDOwners(ctx context.Context, identity string, ids []string) ([]store.ProviderIDOwner, error) {
+	out := []store.ProviderIDOwner{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rs, err := s.pool.Query(ctx, ownersSQL, identity, ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: provider id owners: %w", err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var o store.ProviderIDOwner
+		var st string
+		if err := rs.Scan(&o.ProviderID, &o.ID, &o.Tenant, &o.Key, &o.ResendOf, &st); err != nil {
+			return nil, fmt.Errorf("postgres: provider id owners: %w", err)
+		}
+		o.State = state.State(st)
+		out = append(out, o)
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("postgres: provider id owners: %w", err)
+	}
+	store.SortOwners(out)
+	return out, nil
+}
+
+// ownersSQL is MessageProviderIDOwners' statement.
+const ownersSQL = `SELECT provider_id, id, tenant, key, resend_of, state FROM messages
+WHERE identity = $1 AND provider_id = ANY($2::text[]) AND provider_id <> ''`
 
 // Stats reads the vital signs in one repeatable-read transaction (one
 // moment's figures). Counts by state are counted when asked: a counter

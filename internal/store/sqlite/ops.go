@@ -57,22 +57,94 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	}
 	args = append(args, limit)
 	rs, err := s.r.QueryContext(ctx, "SELECT "+messageCols+", "+
-		"coalesce((SELECT provider_code FROM attempts a WHERE a.message_id = messages.id ORDER BY seq DESC LIMIT 1), '') "+
-		"FROM messages INDEXED BY messages_in_flight WHERE "+strings.Join(where, " AND ")+" ORDER BY updated_at, id LIMIT ?", args...)
+		"coalesce((SELECT provider_code FROM attempts a WHERE a.message_id = messages.id ORDER BY seq DESC LIMIT 1), ''), "+
+		stuckNoteSQL+" FROM messages INDEXED BY messages_in_flight WHERE "+strings.Join(where, " AND ")+" ORDER BY updated_at, id LIMIT ?", args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: stuck: %w", err)
 	}
 	defer rs.Close()
 	out := []store.StuckMessage{}
 	for rs.Next() {
-		var code string
-		m, err := scanMessage(extra{rs, []any{&code}})
+		var code, note string
+		m, err := scanMessage(extra{rs, []any{&code, &note}})
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: stuck: %w", err)
 		}
-		out = append(out, store.StuckMessage{Message: *m, LastCode: code})
+		out = append(out, store.StuckMessage{Message: *m, LastCode: code, Note: note})
 	}
 	return out, rs.Err()
+}
+
+// stuckNoteSQL is a stuck row's reconcile note (only unknown rows have
+// one).
+const stuckNoteSQL = "CASE WHEN state = 'unknown' THEN reconcile_note ELSE '' END"
+
+// MessageNoteMany records notes in one transaction, one statement each:
+// an update of reconcile_note alone (state_counts' trigger watches state,
+// and updated_at, the row's age, is left as it is).
+func (s *Store) MessageNoteMany(ctx context.Context, ps []store.NoteParams) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: note: %w", err)
+	}
+	defer tx.Rollback()
+	ts := newTxStmts(tx)
+	defer ts.close()
+	for _, p := range ps {
+		if _, err := ts.exec(ctx, "UPDATE messages SET reconcile_note = ? WHERE id = ? AND state = ?", p.Note, p.ID, string(p.State)); err != nil {
+			return fmt.Errorf("sqlite: note: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: note: commit: %w", err)
+	}
+	return nil
+}
+
+// ownersChunk bounds the ids of one owners statement (SQLite's limit on
+// parameters is far above it).
+const ownersChunk = 500
+
+// MessageProviderIDOwners reads the rows of identity recording any of ids
+// from the partial index messages_identity_provider_id alone: INDEXED BY
+// makes any drift between the query and the index an error instead of a
+// walk of messages, and the index's predicate (a provider id not empty)
+// is written out word for word, which SQLite needs to see to use it.
+func (s *Store) MessageProviderIDOwners(ctx context.Context, identity string, ids []string) ([]store.ProviderIDOwner, error) {
+	out := []store.ProviderIDOwner{}
+	for start := 0; start < len(ids); start += ownersChunk {
+		part := ids[start:min(start+ownersChunk, len(ids))]
+		args := make([]any, 0, len(part)+1)
+		args = append(args, identity)
+		for _, id := range part {
+			args = append(args, id)
+		}
+		rs, err := s.r.QueryContext(ctx, "SELECT provider_id, id, tenant, key, resend_of, state FROM messages INDEXED BY messages_identity_provider_id "+
+			"WHERE identity = ? AND provider_id IN ("+strings.TrimSuffix(strings.Repeat("?,", len(part)), ",")+") AND provider_id <> ''", args...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: provider id owners: %w", err)
+		}
+		for rs.Next() {
+			var o store.ProviderIDOwner
+			var st string
+			if err := rs.Scan(&o.ProviderID, &o.ID, &o.Tenant, &o.Key, &o.ResendOf, &st); err != nil {
+				rs.Close()
+				return nil, fmt.Errorf("sqlite: provider id owners: %w", err)
+			}
+			o.State = state.State(st)
+			out = append(out, o)
+		}
+		err = rs.Err()
+		rs.Close()
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: provider id owners: %w", err)
+		}
+	}
+	store.SortOwners(out)
+	return out, nil
 }
 
 // extra scans a message's columns and then trailing ones.

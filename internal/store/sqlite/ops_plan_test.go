@@ -196,7 +196,8 @@ func partialIndexes(tb testing.TB, db *sql.DB) map[string]bool {
 }
 
 // TestStatsAndStuckReadOnlyThroughIndexes asks SQLite for the plan of every
-// statement Stats and MessageStuck (with each of its filters) issue, as
+// statement Stats, MessageStuck (with each of its filters) and
+// MessageProviderIDOwners (reconcile's question for each search) issue, as
 // they issued it, and fails on any that reads messages, history or
 // attempts whole: those answer in constant time on a queue of any size
 // (issue 5: under 200 ms over 1,000,000 rows; BenchmarkOps1M measures it).
@@ -247,6 +248,10 @@ func TestStatsAndStuckReadOnlyThroughIndexes(t *testing.T) {
 		}},
 		{"MessageStuck --identity --purpose --tenant", func() error {
 			_, err := s.MessageStuck(ctx, &store.StuckParams{OlderThan: time.Minute, Identity: "sim", Purpose: "otp", Tenant: "default"})
+			return err
+		}},
+		{"MessageProviderIDOwners", func() error {
+			_, err := s.MessageProviderIDOwners(ctx, "sim", []string{"SM1", "SM2"})
 			return err
 		}},
 	}

@@ -78,6 +78,8 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("DailyRecipients", func(t *testing.T) { t.Parallel(); testDailyRecipients(t, h) })
 	t.Run("Challenge", func(t *testing.T) { t.Parallel(); testChallenge(t, h) })
 	t.Run("APIKeys", func(t *testing.T) { t.Parallel(); testAPIKeys(t, h) })
+	t.Run("ProviderIDOwners", func(t *testing.T) { t.Parallel(); testProviderIDOwners(t, h) })
+	t.Run("Notes", func(t *testing.T) { t.Parallel(); testNotes(t, h); testNotesRace(t, h) })
 	t.Run("Events", func(t *testing.T) { t.Parallel(); testEvents(t, h) })
 }
 
