@@ -248,7 +248,9 @@ FROM u`
 // claimUnpaced is a claim that reserves no slots: one statement selects
 // (SKIP LOCKED), leases and writes the history of the rows, and returns
 // each with the slot a deferral may have left (the later of its
-// identity's and its recipient's). The lease is written by the locked
+// identity's and its recipient's: the recipient's by its key, one probe
+// per row, where a join was planned as a read of all of recipient_pace,
+// a row for every recipient ever paced). The lease is written by the locked
 // rows' ids (an array, so always the primary key), never by a join the
 // planner could turn into a scan of the whole table.
 func (s *Store) claimUnpaced(ctx context.Context, p *store.ClaimParams, now *time.Time, horizon time.Duration) ([]store.Claimed, error) {
@@ -279,7 +281,7 @@ func (s *Store) claimUnpaced(ctx context.Context, p *store.ClaimParams, now *tim
 )
 SELECT ` + prefixed("u.", messageCols) + `, greatest(u.updated_at, ip.next_at, rp.next_at)
 FROM u LEFT JOIN identity_pace ip ON ip.identity = u.identity
-	LEFT JOIN recipient_pace rp ON rp.identity = u.identity AND rp.recipient = u.recipient`
+	LEFT JOIN LATERAL (SELECT next_at FROM recipient_pace WHERE identity = u.identity AND recipient = u.recipient OFFSET 0) rp ON true`
 	var claimed []store.Claimed
 	err = func() error {
 		// One batch, one round trip: PostgreSQL runs what comes before the

@@ -933,14 +933,15 @@ const transitionSQL = `WITH x AS (
 	FROM v
 	WHERE m.id = ANY($1::text[]) AND m.id = v.id AND m.state = v.from_state
 		AND (v.owner = '' OR (m.lease_owner = v.owner AND (v.lease_until IS NULL OR m.lease_until = v.lease_until)))
-	RETURNING m.id, m.identity, v.provider_id AS new_provider_id
+	RETURNING m.id, m.identity, v.provider_id AS new_provider_id, m.provider_id_collision <> '' AS collided
 ), c AS (
 	-- A provider id another row of the identity has already (a provider
 	-- that issued it twice) marks that row too: see migration 0008. Only
-	-- for the rows u changed, by the (identity, provider_id) index.
+	-- for the rows u found colliding (rare: u's own check already probed
+	-- the index for every row), by the (identity, provider_id) index.
 	UPDATE messages o SET provider_id_collision = o.id
 	FROM u
-	WHERE u.new_provider_id <> '' AND o.identity = u.identity AND o.provider_id = u.new_provider_id
+	WHERE u.collided AND u.new_provider_id <> '' AND o.identity = u.identity AND o.provider_id = u.new_provider_id
 		AND o.provider_id <> '' AND o.id <> u.id AND o.provider_id_collision = ''
 ), h AS (
 	INSERT INTO history (message_id, from_state, to_state, reason, event, applied, source, detail, at, seq)
