@@ -114,6 +114,9 @@ func TestFlagsRefusedBeforeAnythingRuns(t *testing.T) {
 		{[]string{"stuck", "--state", "queued"}, "--state must be sending or unknown"},
 		{[]string{"stuck", "--limit", "0"}, "--limit must be positive"},
 		{[]string{"stuck", "--older-than", "-1m"}, "--older-than"},
+		{[]string{"serve", "--max-batch-body", "0"}, "--max-body, --max-batch-body and --max-pending must be positive"},
+		// The largest body must fit beside the eighth kept for small ones.
+		{[]string{"serve", "--max-pending", "4194304"}, "--max-pending (4194304) admits bodies of at most 3670016 bytes"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
