@@ -74,6 +74,8 @@ func TestFlagsParseIntoOptions(t *testing.T) {
 			&resendOptions{ref: "order-1", key: "order-1-r2", force: true}},
 		{[]string{"cancel", "order-1", "--by", "ada", "--note", "customer asked"},
 			&cancelOptions{ref: "order-1", by: "ada", note: "customer asked"}},
+		{[]string{"cancel", "order-1", "--by", "ada", "--accept-maybe-sent"},
+			&cancelOptions{ref: "order-1", by: "ada", acceptMaybeSent: true}},
 		{[]string{"stuck", "--older-than", "90s", "--state", "unknown", "--identity", "wa", "--limit", "7", "--fail-if-any"},
 			&stuckOptions{olderThan: 90 * time.Second, state: "unknown", identity: "wa", limit: 7, failIfAny: true}},
 	}
