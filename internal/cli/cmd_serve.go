@@ -150,7 +150,7 @@ with a lease).
 				// the decoder's copy of it and the parsed text, then the
 				// stored payload and the answer) and the rest of the
 				// process. With the defaults (64 MiB), 300 sends of 1 MiB
-				// at once kept serve on SQLite near 135 MiB of RSS, of
+				// at once kept serve on SQLite at 130 to 135 MiB of RSS, of
 				// which about 60 MiB is not Go's heap (the binary, SQLite's
 				// page cache): serve_budget_test.go checks it stays under
 				// 160 MiB.
