@@ -64,6 +64,8 @@ const (
 	CodeStoreUnavailable = "store_unavailable"
 	CodeInternal         = "internal"
 	CodeBatchTooLarge    = "batch_too_large"
+	CodeDuplicateKey     = "duplicate_key"
+	CodeBusy             = "busy"
 )
 
 // Parser turns one send's JSON into an Item for tenant. key is the
@@ -81,9 +83,24 @@ type Config struct {
 	Store store.Store
 	Parse Parser
 	Show  Shower
-	// MaxBody bounds a request body in bytes (0: DefaultMaxBody): larger
-	// is 413.
+	// MaxBody bounds a single send's body (POST /v1/messages) in bytes
+	// (0: DefaultMaxBody): larger is 413, refused before it is read when
+	// Content-Length says so, else as soon as the reader passes it. The
+	// send's validation puts no bound on a text or a template parameter
+	// (an email's text may be long), so this is the largest valid send.
 	MaxBody int64
+	// MaxBatchBody bounds a batch's body (POST /v1/messages/batch), which
+	// carries up to MaxItems sends (0: DefaultMaxBatchBody); larger is 413
+	// in the same way.
+	MaxBatchBody int64
+	// MaxPending bounds the bytes of request bodies held at once across
+	// every request in flight, from the first byte read until the answer
+	// is written (0: DefaultMaxPending). A body that does not fit gets 503
+	// (code busy) with Retry-After, unread: by its Content-Length before a
+	// byte is read, or, sent chunked, as its chunks outgrow the room left.
+	// An eighth is kept for bodies of 64 KiB or less, so a flood of large
+	// bodies does not crowd out ordinary sends.
+	MaxPending int64
 	// Rate and Burst are each key's request rate (per second) and burst
 	// (0: DefaultRate, DefaultBurst): beyond them 429 with Retry-After.
 	Rate  float64
@@ -97,7 +114,8 @@ type Config struct {
 	// MaxCommit bounds how many concurrent single sends one transaction
 	// takes (0: 512).
 	MaxCommit int
-	// RetryAfter is what a 503 asks the client to wait (0: 2s).
+	// RetryAfter is what a 503 for an unreachable store asks the client
+	// to wait (0: 2s); a 503 busy (no room in MaxPending) asks for 1s.
 	RetryAfter time.Duration
 	Log        *slog.Logger
 	// ConnectionLost says a store error is a lost connection (503 rather
@@ -107,11 +125,20 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxBody  = 1 << 20
-	DefaultRate     = 1000
-	DefaultBurst    = 2000
-	DefaultMaxItems = 1000
-	DefaultKeyCache = 5 * time.Second
+	DefaultMaxBody = 1 << 20
+	// DefaultMaxBatchBody: a full batch (DefaultMaxItems) of sends of
+	// 4 KiB each, a WhatsApp text at its 4,096-character limit.
+	DefaultMaxBatchBody = 4 << 20
+	// DefaultMaxPending is the byte budget of bodies held at once: seven
+	// sends at DefaultMaxBody beside the eighth kept for small bodies, or
+	// one full batch; a send is a few hundred bytes in practice. A body is
+	// held about three times over while it is parsed and written, so this
+	// bounds the process's memory too (docs/api.md).
+	DefaultMaxPending = 8 << 20
+	DefaultRate       = 1000
+	DefaultBurst      = 2000
+	DefaultMaxItems   = 1000
+	DefaultKeyCache   = 5 * time.Second
 	// DefaultRetryAfter is the Retry-After of a 503: the store unreachable.
 	DefaultRetryAfter = 2 * time.Second
 )

@@ -36,15 +36,22 @@ type BatchResult struct {
 // alone; the store failing refuses the whole batch (nothing of it was
 // written; sending it again is safe).
 func (s *Server) postBatch(w http.ResponseWriter, r *http.Request, k *store.APIKey) {
-	body, ok := s.readBody(w, r)
+	body, release, ok := s.readBody(w, r, s.cfg.MaxBatchBody)
 	if !ok {
 		return
 	}
+	defer release()
 	var req batchRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: `the body must be {"messages": [...]}: ` + err.Error()})
+		return
+	}
+	// The envelope alone: a duplicate key inside an item is that item's
+	// refusal (the parser's), not the batch's.
+	if path, dup := duplicateKey(body, 1); dup {
+		writeError(w, duplicateKeyError(path))
 		return
 	}
 	switch {

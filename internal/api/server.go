@@ -5,16 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
 
+	"github.com/msgq/msgq/internal/bodybudget"
 	"github.com/msgq/msgq/internal/groupcommit"
 	"github.com/msgq/msgq/internal/store"
 )
@@ -24,6 +25,12 @@ import (
 type Server struct {
 	cfg    Config
 	commit *groupcommit.Committer[store.EnqueueParams, store.EnqueueResult]
+	// budget holds the bytes of the bodies in flight (Config.MaxPending).
+	budget *bodybudget.Budget
+	// busy counts 503s for the budget since busyLogged (unix
+	// nanoseconds) last logged them.
+	busy       atomic.Int64
+	busyLogged atomic.Int64
 
 	mu       sync.Mutex
 	keys     map[string]cachedKey // by token hash
@@ -40,6 +47,12 @@ type cachedKey struct {
 func New(cfg Config) *Server {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.MaxBatchBody <= 0 {
+		cfg.MaxBatchBody = DefaultMaxBatchBody
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending
 	}
 	if cfg.Rate <= 0 {
 		cfg.Rate = DefaultRate
@@ -62,7 +75,7 @@ func New(cfg Config) *Server {
 	if cfg.ConnectionLost == nil {
 		cfg.ConnectionLost = func(error) bool { return false }
 	}
-	s := &Server{cfg: cfg, keys: map[string]cachedKey{}, limiters: map[string]*rate.Limiter{}}
+	s := &Server{cfg: cfg, keys: map[string]cachedKey{}, limiters: map[string]*rate.Limiter{}, budget: bodybudget.New(cfg.MaxPending)}
 	// Concurrent single sends go into one MessageEnqueueMany, so one fsync
 	// acknowledges many requests (internal/groupcommit).
 	s.commit = groupcommit.Start(cfg.MaxCommit, 30*time.Second, cfg.Store.MessageEnqueueMany)
@@ -282,19 +295,53 @@ func Unavailable(retryAfter time.Duration) http.Handler {
 	})
 }
 
-// readBody reads the body up to MaxBody, answering 413 itself.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
+// readBody reads a body of at most limit bytes into memory reserved
+// from the budget, answering 413 (too large), 503 (no room now) or 400
+// itself. Neither refusal reads the body when its Content-Length gives
+// the reason. The caller must call release once nothing made from the
+// body is held any more: when the answer is written.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), ok bool) {
+	body, reserved, err := s.budget.Read(http.MaxBytesReader(w, r.Body, limit), r.ContentLength, limit)
+	release = func() { s.budget.Give(reserved) }
+	if err == nil {
+		return body, release, true
+	}
+	release()
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(err, &mbe):
-		writeError(w, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Message: fmt.Sprintf("the body is over %d bytes", s.cfg.MaxBody)})
-		return nil, false
-	case err != nil:
+	case errors.Is(err, bodybudget.ErrTooLarge), errors.As(err, &mbe):
+		// The rest of the body is not read: do not let the client send
+		// it on this connection.
+		w.Header().Set("Connection", "close")
+		writeError(w, &Error{Status: http.StatusRequestEntityTooLarge, Code: CodeBodyTooLarge, Message: fmt.Sprintf("the body is over %d bytes", limit)})
+	case errors.Is(err, bodybudget.ErrBusy):
+		s.logBusy()
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", strconv.Itoa(int(busyRetryAfter/time.Second)))
+		writeError(w, &Error{Status: http.StatusServiceUnavailable, Code: CodeBusy,
+			Message: "busy: too many request bytes in progress; retry later with the same Idempotency-Key"})
+	default:
 		writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: "could not read the body"})
-		return nil, false
 	}
-	return body, true
+	return nil, nil, false
+}
+
+// busyRetryAfter is the Retry-After of a 503 busy: the bodies in flight
+// are written and answered within milliseconds, so room comes back soon.
+const busyRetryAfter = time.Second
+
+// logBusy logs the budget's 503s at most once a second, with how many
+// there were: a flood must not turn into a flood of log lines.
+func (s *Server) logBusy() {
+	n := s.busy.Add(1)
+	now := time.Now().UnixNano()
+	last := s.busyLogged.Load()
+	if now-last < int64(time.Second) || !s.busyLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.busy.Add(-n)
+	s.cfg.Log.Warn("api: requests refused for now (503): too many request bytes in progress",
+		"refused", n, "max_pending", s.cfg.MaxPending)
 }
 
 // SendResult is what POST answers for a send: the message row (the
@@ -322,10 +369,13 @@ func (s *Server) postMessage(w http.ResponseWriter, r *http.Request, k *store.AP
 		writeError(w, &Error{Status: http.StatusBadRequest, Code: CodeKeyInvalid, Field: "Idempotency-Key", Message: "the Idempotency-Key header must be 1 to 64 characters of A-Za-z0-9._:-"})
 		return
 	}
-	body, ok := s.readBody(w, r)
+	body, release, ok := s.readBody(w, r, s.cfg.MaxBody)
 	if !ok {
 		return
 	}
+	// The body's reservation covers what is made from it too (the
+	// parsed send, its place in the group commit) until the answer.
+	defer release()
 	it, perr := s.cfg.Parse(k.Tenant, key, body)
 	if perr != nil {
 		writeError(w, perr)

@@ -186,14 +186,3 @@ func Decide(steps []Step, now time.Time, o Options) Decision {
 	}
 	return d
 }
-
-// NeedsPerson says whether an uncertain step (unknown) still needs an
-// operator: not once its challenge's deadline has passed, because nothing
-// useful can be resent then. The row keeps maybe_sent, and later evidence
-// still moves it forward.
-func NeedsPerson(s state.State, deadline, now time.Time) bool {
-	if s != state.Unknown {
-		return false
-	}
-	return deadline.IsZero() || now.Before(deadline)
-}

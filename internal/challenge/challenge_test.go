@@ -97,25 +97,6 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-func TestNeedsPerson(t *testing.T) {
-	dl := t0.Add(10 * time.Minute)
-	for _, c := range []struct {
-		s    state.State
-		now  time.Time
-		dl   time.Time
-		want bool
-	}{
-		{state.Unknown, t0, dl, true},
-		{state.Unknown, dl, dl, false},
-		{state.Unknown, dl.Add(time.Hour), time.Time{}, true},
-		{state.Sent, t0, dl, false},
-	} {
-		if got := NeedsPerson(c.s, c.dl, c.now); got != c.want {
-			t.Errorf("NeedsPerson(%s, deadline %v, now %v) = %v, want %v", c.s, c.dl, c.now, got, c.want)
-		}
-	}
-}
-
 // TestAChallengeNeverPromptsTwice drives challenges of two to four steps
 // through random worlds: drains claim released steps, providers answer
 // (accepted, failed, ambiguous), evidence arrives, time passes, and Decide

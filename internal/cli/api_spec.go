@@ -144,8 +144,9 @@ func apiInvalid(err error) *api.Error {
 }
 
 // decodeStrict decodes one JSON object, refusing invalid UTF-8, unknown
-// fields (422: a typo must never silently drop a setting) and trailing
-// data; a body that is not JSON at all is 400.
+// fields (422: a typo must never silently drop a setting), trailing data
+// and a key given twice in one object at any depth (422 duplicate_key); a
+// body that is not JSON at all is 400.
 func decodeStrict(body []byte, v any) *api.Error {
 	malformed := func(msg string) *api.Error {
 		return &api.Error{Status: http.StatusBadRequest, Code: api.CodeMalformedJSON, Message: msg}
@@ -173,7 +174,9 @@ func decodeStrict(body []byte, v any) *api.Error {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return malformed("malformed JSON: more than one value in the body")
 	}
-	return nil
+	// Checked once the body is known to be JSON: the decoder kept the
+	// last of two values for one key, and which one was meant is unknown.
+	return api.CheckDuplicateKeys(body)
 }
 
 func jsonKind(k string) string {

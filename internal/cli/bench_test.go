@@ -103,7 +103,8 @@ func BenchmarkSendProcess(b *testing.B) {
 	})
 }
 
-func buildMsgq(b *testing.B) string {
+// buildMsgq builds msgq as it is released (no race detector, CGO off).
+func buildMsgq(b testing.TB) string {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "msgq")
 	cmd := exec.Command("go", "build", "-o", bin, "github.com/msgq/msgq/cmd/msgq")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -87,8 +88,7 @@ func deliveredTo(t *testing.T, base string) map[string]int {
 // its delivery log as the oracle: an accepted email ends the challenge
 // (the SMS never goes out); a bounced one releases the SMS at its time,
 // delivered once; a mail whose answer was lost (unknown) blocks the SMS,
-// shown as blocked, unless --accept-duplicate-risk; after the deadline
-// nothing is called and the unknown step leaves stuck; --supersedes
+// shown as blocked, unless --accept-duplicate-risk; --supersedes
 // cancels the old challenge's queued step. Bad input writes nothing.
 func TestAChallengeFallsBackOnlyWhenTheFirstStepWentNowhere(t *testing.T) {
 	t.Parallel()
@@ -197,8 +197,10 @@ func TestAChallengeFallsBackOnlyWhenTheFirstStepWentNowhere(t *testing.T) {
 
 // TestAChallengeCallsNothingAtOrAfterItsDeadline: an email step whose
 // answer was lost blocks the SMS until the deadline; then the challenge
-// expires, the SMS is canceled, never called, and the unknown email no
-// longer needs a person (stuck leaves it out; it keeps maybe_sent).
+// expires and the SMS is canceled, never called. Nobody knows whether the
+// email reached the customer, so it stays in stuck (issue 24: it used to
+// drop out), marked past its deadline so that no resend is offered, and
+// keeps maybe_sent, until a person resolves it.
 func TestAChallengeCallsNothingAtOrAfterItsDeadline(t *testing.T) {
 	t.Parallel()
 	bothStores(t, func(t *testing.T, kind string) {
@@ -218,9 +220,23 @@ func TestAChallengeCallsNothingAtOrAfterItsDeadline(t *testing.T) {
 			t.Errorf("the email step: %s, maybe_sent %v; want still unknown, maybe_sent", m.State, m.MaybeSent)
 		}
 		var stuck []stuckJSON
+		e.jsonOut(4, &stuck, "stuck", "--older-than", "0s", "--fail-if-any")
+		if len(stuck) != 1 || stuck[0].Key != "late-1" || stuck[0].State != "unknown" || !stuck[0].PastDeadline || !stuck[0].MaybeSent {
+			t.Fatalf("stuck past the deadline: %+v; want late-1, unknown, past_deadline, maybe_sent", stuck)
+		}
+		stdout, stderr, code := e.try("stuck", "--older-than", "0s")
+		if code != 0 || !regexp.MustCompile(`(?m)^`+stuck[0].ID+` +late-1 +unknown \(past deadline\) +- +mail `).MatchString(stdout) ||
+			!strings.Contains(stderr, "stuck: 1 row(s) past their deadline: a resend would arrive too late;") {
+			t.Errorf("stuck's table past the deadline: exit %d\n%s%s", code, stdout, stderr)
+		}
+		// Reconcile cannot look an email up: it stays for a person, who
+		// resolves it; then it leaves stuck.
+		e.jsonOut(0, new(reconcileJSON), "reconcile")
+		e.jsonOut(4, &stuck, "stuck", "--older-than", "0s", "--fail-if-any")
+		e.run("resolve", "late-1", "--as", "failed", "--note", "customer never got the code", "--by", "ops")
 		e.jsonOut(0, &stuck, "stuck", "--older-than", "0s")
 		if len(stuck) != 0 {
-			t.Errorf("stuck lists %v past the deadline", stuckKeys(stuck))
+			t.Errorf("stuck lists %v once the step was resolved", stuckKeys(stuck))
 		}
 
 		// The canceled SMS step resent with a new code and a deadline of

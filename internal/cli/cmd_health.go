@@ -170,8 +170,8 @@ Verification challenges (docs/challenges.md):
                                  window with no step completed
   --max-challenge-unknown-past-deadline N
                                  challenge steps in unknown past their deadline:
-                                 out of stuck, each a prompt that may or may not
-                                 have arrived
+                                 each a prompt that may or may not have arrived,
+                                 in stuck (past deadline) until resolved
   --max-challenge-first-delivery-p95 D
                                  of the challenges whose first delivered
                                  evidence came within the window, 95% waited at

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/msgq/msgq/internal/api"
+	"github.com/msgq/msgq/internal/bodybudget"
 	"github.com/msgq/msgq/internal/events"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/storeopen"
@@ -26,6 +27,8 @@ type serveOptions struct {
 	addr            string
 	tlsCert, tlsKey string
 	maxBody         int64
+	maxBatchBody    int64
+	maxPending      int64
 	rate            float64
 	burst           int
 	keyCache        time.Duration
@@ -45,8 +48,11 @@ func (o *serveOptions) Validate() error {
 		return usagef("--addr is required, e.g. :8080")
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usagef("give --tls-cert and --tls-key together")
-	case o.maxBody <= 0:
-		return usagef("--max-body must be positive")
+	case o.maxBody <= 0 || o.maxBatchBody <= 0 || o.maxPending <= 0:
+		return usagef("--max-body, --max-batch-body and --max-pending must be positive")
+	case bodybudget.LargestBody(o.maxPending) < max(o.maxBody, o.maxBatchBody):
+		return usagef("--max-pending (%d) admits bodies of at most %d bytes (an eighth is kept for bodies of 64 KiB or less): raise it to at least 8/7 of --max-body (%d) and --max-batch-body (%d), or no body of the largest size could ever be read",
+			o.maxPending, bodybudget.LargestBody(o.maxPending), o.maxBody, o.maxBatchBody)
 	case o.rate <= 0 || o.burst <= 0:
 		return usagef("--rate and --burst must be positive")
 	case o.keyCache < 0:
@@ -79,7 +85,15 @@ msgq send --file validates a line. 202: the message was written and is durable;
 written). Concurrent sends are written together, one transaction for many.
 
 Each key may make --rate requests a second (bursts of --burst); beyond: 429
-with Retry-After. A body over --max-body is 413. While the store is unreachable
+with Retry-After. A send's body over --max-body (a batch's over --max-batch-body)
+is 413, refused unread when its Content-Length says so. Bodies held in memory
+at once (read, parsed, or waiting for their write) are capped at --max-pending
+bytes: a request whose body does not fit is answered 503 (code busy) with
+Retry-After, unread, and its client retries with the same key. An eighth of
+--max-pending is kept for bodies of 64 KiB or less, so a flood of large bodies
+does not crowd out ordinary sends. The process's Go memory limit is set to four
+times --max-pending plus 32 MiB unless GOMEMLIMIT is set (a body is held about
+three times over while it is parsed and written). While the store is unreachable
 the answer is 503 with Retry-After: retrying with the same key is safe. That
 holds at start too: a PostgreSQL store that cannot be reached does not stop
 serve, which listens, answers 503 and opens the store as soon as it can (any
@@ -128,6 +142,20 @@ with a lease).
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(400)
 			}
+			if os.Getenv("GOMEMLIMIT") == "" {
+				// A soft limit the collector works to keep under, which
+				// GOGC=400 alone would let grow to five times the live
+				// heap. What is live under a flood of large bodies is
+				// about three times what --max-pending admits (the body,
+				// the decoder's copy of it and the parsed text, then the
+				// stored payload and the answer) and the rest of the
+				// process. With the defaults (64 MiB), 300 sends of 1 MiB
+				// at once kept serve on SQLite at 130 to 135 MiB of RSS, of
+				// which about 60 MiB is not Go's heap (the binary, SQLite's
+				// page cache): serve_budget_test.go checks it stays under
+				// 160 MiB.
+				debug.SetMemoryLimit(4*o.maxPending + 32<<20)
+			}
 			return runServe(cmd.Context(), a, tlsCfg, o)
 		},
 	}
@@ -135,7 +163,9 @@ with a lease).
 	f.StringVar(&o.addr, "addr", ":8080", "address to listen on")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain), with --tls-key")
 	f.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
-	f.Int64Var(&o.maxBody, "max-body", api.DefaultMaxBody, "largest request body, in bytes (larger: 413)")
+	f.Int64Var(&o.maxBody, "max-body", api.DefaultMaxBody, "largest body of one send (POST /v1/messages), in bytes (larger: 413)")
+	f.Int64Var(&o.maxBatchBody, "max-batch-body", api.DefaultMaxBatchBody, "largest body of a batch (POST /v1/messages/batch), in bytes (larger: 413)")
+	f.Int64Var(&o.maxPending, "max-pending", api.DefaultMaxPending, "bytes of request bodies held in memory at once, until each is answered (beyond: 503 with Retry-After)")
 	f.Float64Var(&o.rate, "rate", api.DefaultRate, "requests a second each API key may make (beyond: 429 with Retry-After)")
 	f.IntVar(&o.burst, "burst", api.DefaultBurst, "requests an API key may make at once above --rate")
 	f.DurationVar(&o.keyCache, "key-cache", api.DefaultKeyCache, "how long a key's look-up is trusted: a revoke takes effect within it (0: every request reads the store)")
@@ -194,7 +224,7 @@ func runServe(ctx context.Context, a *app, tlsCfg *tls.Config, o *serveOptions) 
 		srvAPI = api.New(api.Config{
 			Store: st, Parse: a.apiParser(),
 			Show:    func(ctx context.Context, st store.Store, m *store.Message) (any, error) { return showOf(ctx, st, m) },
-			MaxBody: o.maxBody, Rate: o.rate, Burst: o.burst, KeyCache: o.keyCache, MaxItems: o.maxItems,
+			MaxBody: o.maxBody, MaxBatchBody: o.maxBatchBody, MaxPending: o.maxPending, Rate: o.rate, Burst: o.burst, KeyCache: o.keyCache, MaxItems: o.maxItems,
 			Log: a.log, ConnectionLost: storeopen.ConnectionLost,
 		})
 		h.set(srvAPI.Handler())

@@ -45,17 +45,22 @@ func newStuckCmd(a *app) *cobra.Command {
     any age once the lease ended ` + store.TakeoverMargin.String() + ` ago, the takeover margin: until then a
     drain that checked its lease just before the end may still be calling),
     or whose claim is older than --older-than;
-  - unknown rows (a call may have reached the phone) older than --older-than.
+  - unknown rows (a call may have reached the phone) older than --older-than,
+    also once their deadline (--expires-in; a challenge step's is its
+    challenge's) has passed: nobody knows yet whether they reached the
+    customer. Their STATE reads "unknown (past deadline)".
 Age is the time since the row entered its state. RECONCILE NOTE is why the
 latest msgq reconcile left the row for a person (for a search without a
 provider id: the messages the provider lists that match it, and which other
 rows own them), "-" before reconcile has seen it.
 
 Next steps: msgq reconcile applies what evidence there is; msgq resolve records
-a person's verdict; msgq resend sends again under a new key.
+a person's verdict; msgq resend sends again under a new key, except for a row
+past its deadline: a resend would arrive too late (a verification code is
+worthless by then), so find out and resolve it instead.
 
 -o json prints an array of rows, each with last_code, age_ns, lease_expired and
-reconcile_note.
+reconcile_note and past_deadline.
 With --fail-if-any, stuck exits 4 when it listed anything: one cron line away
 from an alert.
 
@@ -97,6 +102,9 @@ type stuckRow struct {
 	// search's candidates and their owners, a failed look-up, a token not
 	// set.
 	ReconcileNote string `json:"reconcile_note"`
+	// PastDeadline: an unknown row whose deadline has passed
+	// (store.Message.PastDeadline): still stuck, but not to be resent.
+	PastDeadline bool `json:"past_deadline"`
 }
 
 func runStuck(ctx context.Context, a *app, o *stuckOptions) error {
@@ -121,10 +129,13 @@ func runStuck(ctx context.Context, a *app, o *stuckOptions) error {
 	for i := range ms {
 		m := &ms[i]
 		rows[i] = stuckRow{&m.Message, m.LastCode, now.Sub(m.UpdatedAt),
-			m.State == state.Sending && m.LeaseUntil != nil && store.LeaseOver(*m.LeaseUntil, now), m.Note}
+			m.State == state.Sending && m.LeaseUntil != nil && store.LeaseOver(*m.LeaseUntil, now), m.Note, m.PastDeadline(now)}
 	}
 	if err := printStuck(a, rows, now); err != nil {
 		return err
+	}
+	if n := countPastDeadline(rows); n > 0 {
+		fmt.Fprintf(a.ios.Err, "stuck: %d row(s) past their deadline: a resend would arrive too late; find out whether each reached the customer (msgq reconcile, msgq show) and record it (msgq resolve)\n", n)
 	}
 	if len(rows) == o.limit {
 		fmt.Fprintf(a.ios.Err, "stuck: showing the first %d (oldest); there may be more (--limit)\n", o.limit)
@@ -156,10 +167,24 @@ func printStuck(a *app, rows []stuckRow, now time.Time) error {
 				lease = "ended " + stamp(*r.LeaseUntil) + ", taken over from " + stamp(r.LeaseUntil.Add(store.TakeoverMargin))
 			}
 		}
-		out = append(out, []string{r.ID, r.Key, string(r.State), lease, r.Identity, recipient.Mask(r.Channel, r.To), ageLabel(r.Age),
+		st := string(r.State)
+		if r.PastDeadline {
+			st += " (past deadline)"
+		}
+		out = append(out, []string{r.ID, r.Key, st, lease, r.Identity, recipient.Mask(r.Channel, r.To), ageLabel(r.Age),
 			strconv.Itoa(r.Attempts), orDash(r.LastCode), orDash(r.ReconcileNote)})
 	}
 	return printTable(a.ios.Out, []string{"ID", "KEY", "STATE", "LEASE", "IDENTITY", "TO", "AGE", "ATTEMPTS", "LAST CODE", "RECONCILE NOTE"}, out)
+}
+
+func countPastDeadline(rows []stuckRow) int {
+	n := 0
+	for _, r := range rows {
+		if r.PastDeadline {
+			n++
+		}
+	}
+	return n
 }
 
 // ageLabel formats a duration for tables: to the second, e.g. 3m12s or 49h0m5s.

@@ -72,10 +72,17 @@ type row struct {
 type msgqEnv struct {
 	t   *testing.T
 	env []string
+	// bin runs instead of the test binary's msgq when set: a release
+	// build (buildMsgq), for what the race detector would distort.
+	bin string
 }
 
 func (e *msgqEnv) cmd(args ...string) *exec.Cmd {
-	c := exec.Command("msgq", args...)
+	bin := "msgq"
+	if e.bin != "" {
+		bin = e.bin
+	}
+	c := exec.Command(bin, args...)
 	c.Env = append(os.Environ(), e.env...)
 	return c
 }

@@ -74,6 +74,8 @@ func TestFlagsParseIntoOptions(t *testing.T) {
 			&resendOptions{ref: "order-1", key: "order-1-r2", force: true}},
 		{[]string{"cancel", "order-1", "--by", "ada", "--note", "customer asked"},
 			&cancelOptions{ref: "order-1", by: "ada", note: "customer asked"}},
+		{[]string{"cancel", "order-1", "--by", "ada", "--accept-maybe-sent"},
+			&cancelOptions{ref: "order-1", by: "ada", acceptMaybeSent: true}},
 		{[]string{"stuck", "--older-than", "90s", "--state", "unknown", "--identity", "wa", "--limit", "7", "--fail-if-any"},
 			&stuckOptions{olderThan: 90 * time.Second, state: "unknown", identity: "wa", limit: 7, failIfAny: true}},
 	}
@@ -114,6 +116,9 @@ func TestFlagsRefusedBeforeAnythingRuns(t *testing.T) {
 		{[]string{"stuck", "--state", "queued"}, "--state must be sending or unknown"},
 		{[]string{"stuck", "--limit", "0"}, "--limit must be positive"},
 		{[]string{"stuck", "--older-than", "-1m"}, "--older-than"},
+		{[]string{"serve", "--max-batch-body", "0"}, "--max-body, --max-batch-body and --max-pending must be positive"},
+		// The largest body must fit beside the eighth kept for small ones.
+		{[]string{"serve", "--max-pending", "4194304"}, "--max-pending (4194304) admits bodies of at most 3670016 bytes"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

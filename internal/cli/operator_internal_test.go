@@ -26,7 +26,7 @@ func TestOperatorJSONFieldsArePinned(t *testing.T) {
 		v    any
 		want []string
 	}{
-		{"a stuck row", stuckRow{m, "131000", time.Minute, false, ""}, sortedWith(rowFields, "last_code", "age_ns", "lease_expired", "reconcile_note")},
+		{"a stuck row", stuckRow{m, "131000", time.Minute, false, "", true}, sortedWith(rowFields, "last_code", "age_ns", "lease_expired", "reconcile_note", "past_deadline")},
 		{"resolve and cancel", operatorResult{m, state.Sending}, sortedWith(rowFields, "from")},
 		{"resend", sendResult{m, false, false, nil}, sortedWith(rowFields, "replayed", "revived")},
 		{"reconcile", reconcile.Result{}, []string{"changed", "dry_run", "unresolved"}},

@@ -230,6 +230,8 @@ type stuckJSON struct {
 	Age                          time.Duration `json:"age_ns"`
 	LeaseExpired                 bool          `json:"lease_expired"`
 	LeaseUntil                   *time.Time    `json:"lease_until"`
+	PastDeadline                 bool          `json:"past_deadline"`
+	MaybeSent                    bool          `json:"maybe_sent"`
 }
 
 func stuckKeys(rs []stuckJSON) []string {

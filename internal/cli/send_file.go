@@ -15,6 +15,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/msgq/msgq/internal/api"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/storeopen"
 )
@@ -229,8 +230,9 @@ func (b *bulk) add(bt *batch, n int, line []byte) {
 	bt.params = append(bt.params, p)
 }
 
-// parseLine decodes one JSON object, refusing unknown fields and trailing
-// data, so a typo in a field name never silently drops a setting.
+// parseLine decodes one JSON object, refusing unknown fields, trailing
+// data and a key given twice, so a typo in a field name never silently
+// drops a setting and no setting is silently overridden.
 func parseLine(line []byte, spec *sendSpec) error {
 	// Checked on the raw bytes: the JSON decoder would silently turn
 	// invalid UTF-8 into U+FFFD, and the customer would get the
@@ -256,6 +258,11 @@ func parseLine(line []byte, spec *sendSpec) error {
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return usagef("malformed JSON: more than one value on the line")
+	}
+	// As msgq serve refuses it (422 duplicate_key): the decoder kept the
+	// last of two values for one key, and which was meant is unknown.
+	if path, dup := api.DuplicateKey(line); dup {
+		return usagef("duplicate key %q: a key may appear once in an object (keys differing only in case are the same key)", path)
 	}
 	return nil
 }

@@ -196,6 +196,20 @@ func TestServeAPI(t *testing.T) {
 		}
 		want(t, "no content", c.post(env.shop, "order-1", `{"to":"+15551234567"}`), 422, "invalid")
 		want(t, "unknown identity", c.post(env.shop, "order-1", `{"to":"+15551234567","text":"hi","identity":"nope"}`), 422, "invalid")
+		// A key given twice, at any depth (encoding/json would keep the
+		// last): 422 naming it by its path.
+		for body, field := range map[string]string{
+			`{"to":"+15551234567","text":"hi","to":"+15557654321"}`:                                                                              "to",
+			`{"to":"+15551234567","TEXT":"hi","text":"ho"}`:                                                                                      "text",
+			`{"to":"+15551234567","template":{"name":"order_update","language":"en","name":"other"}}`:                                            "template.name",
+			`{"to":"+15551234567","text":"x","expires_in":"10m","steps":[{"identity":"sim","to":"+1555","to":"+1556","text":"x","after":"2m"}]}`: "steps[0].to",
+		} {
+			r = c.post(env.shop, "order-1", body)
+			want(t, "duplicate key "+field, r, 422, "duplicate_key")
+			if r.body["field"] != field || !strings.Contains(r.body["message"].(string), `"`+field+`"`) {
+				t.Fatalf("duplicate key: field %v, message %v; want %s named", r.body["field"], r.body["message"], field)
+			}
+		}
 		if _, err := st.MessageGet(ctx, "shop", "order-1"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("after refusals, order-1: %v, want not found", err)
 		}
@@ -270,10 +284,11 @@ func TestServeAPI(t *testing.T) {
 			`{"key":"order-1","to":"+15551234567","identity":"sim","template":{"name":"order_update","language":"en","parameters":["Ada","1001"]}},`+
 			`{"key":"order-1","to":"+15551234567","text":"other"},`+
 			`{"key":"b-2","to":"12","text":"bad"},`+
-			`{"to":"+15551230002","text":"no key"}]}`)
+			`{"to":"+15551230002","text":"no key"},`+
+			`{"key":"b-3","to":"+15551230003","text":"one","text":"two"}]}`)
 		want(t, "batch", r, 200, "")
 		res, _ := r.body["results"].([]any)
-		wantRes := []string{"enqueued", "replayed", "conflict", "invalid", "invalid"}
+		wantRes := []string{"enqueued", "replayed", "conflict", "invalid", "invalid", "invalid"}
 		if len(res) != len(wantRes) {
 			t.Fatalf("batch: %s", r.raw)
 		}
@@ -282,7 +297,14 @@ func TestServeAPI(t *testing.T) {
 				t.Errorf("batch item %d: %v, want %s: %s", i, got, w, r.raw)
 			}
 		}
+		if len(res) == len(wantRes) {
+			if got := res[5].(map[string]any); got["code"] != "duplicate_key" || got["field"] != "text" {
+				t.Errorf("batch item with a key twice: %v, want code duplicate_key, field text", got)
+			}
+		}
 		want(t, "empty batch", c.do(http.MethodPost, "/v1/messages/batch", env.shop, nil, `{"messages":[]}`), 422, "invalid")
+		want(t, "batch envelope with a key twice", c.do(http.MethodPost, "/v1/messages/batch", env.shop, nil,
+			`{"messages":[{"key":"b-4","to":"+15551230004","text":"x"}],"messages":[]}`), 422, "duplicate_key")
 		want(t, "batch not JSON", c.do(http.MethodPost, "/v1/messages/batch", env.shop, nil, `[`), 400, "malformed_json")
 
 		// Concurrent single sends are group-committed; each 202 is durable.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,14 +31,16 @@ func TestSQLEnqueueFromPsqlAndPython(t *testing.T) {
 	// Debian's python3, the one Debian's python3-psycopg2 is for (a
 	// python3 earlier in PATH, such as pyenv's, may lack it).
 	python := "/usr/bin/python3"
-	for _, bin := range []string{"psql", python} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s is needed (.ci/run installs it): %v", bin, err)
-		}
+	// PostgreSQL first: without it the test skips outside CI, whatever
+	// clients are installed.
+	base := postgresURL(t)
+	needTool(t, "psql", "apt-get install -y postgresql-client")
+	needTool(t, python, "apt-get install -y python3-psycopg2")
+	if err := exec.Command(python, "-c", "import psycopg2").Run(); err != nil {
+		missingTool(t, fmt.Sprintf("Python's psycopg2 is needed (apt-get install -y python3-psycopg2; .ci/run installs it): %v", err))
 	}
 	ctx := context.Background()
 	dir := t.TempDir()
-	base := postgresURL(t)
 	storeURL, schema := pgStore(t, "msgq_sql")
 	cfg := filepath.Join(dir, "msgq.yaml")
 	writeFile(t, cfg, "default_identity: shop\nidentities:\n  shop: {provider: sim}\n  texts: {provider: sim, channel: sms, max_segments: 1}\n")

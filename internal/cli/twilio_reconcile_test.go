@@ -80,9 +80,10 @@ func TestReconcileFindsTwilioRowsWithoutASID(t *testing.T) {
 
 // TestReconcileStillLooksUpAChallengeStepPastItsDeadline: a challenge's
 // SMS step whose answer was lost is unknown when the deadline passes; it
-// leaves stuck (nobody can resend anything useful), yet reconcile still
-// looks it up and settles it from the provider's list, and the fallback
-// step never went out. Both stores.
+// stays in stuck marked past its deadline (nothing useful can be resent,
+// but nobody knows yet whether it arrived), reconcile looks it up and
+// settles it from the provider's list, which takes it out of stuck, and
+// the fallback step never went out. Both stores.
 func TestReconcileStillLooksUpAChallengeStepPastItsDeadline(t *testing.T) {
 	t.Parallel()
 	bothStores(t, func(t *testing.T, kind string) {
@@ -100,8 +101,8 @@ func TestReconcileStillLooksUpAChallengeStepPastItsDeadline(t *testing.T) {
 		}
 		var stuck []stuckJSON
 		e.jsonOut(0, &stuck, "stuck", "--older-than", "0s")
-		if len(stuck) != 0 {
-			t.Errorf("stuck lists %v past the deadline", stuckKeys(stuck))
+		if len(stuck) != 1 || stuck[0].Key != "late-sms" || !stuck[0].PastDeadline {
+			t.Errorf("stuck past the deadline: %+v, want late-sms marked past_deadline", stuck)
 		}
 		var out reconcileJSON
 		e.jsonOut(0, &out, "reconcile")
@@ -110,6 +111,10 @@ func TestReconcileStillLooksUpAChallengeStepPastItsDeadline(t *testing.T) {
 		}
 		if m := e.get("late-sms"); m.State != state.Sent || !strings.HasPrefix(m.ProviderID, "SM") {
 			t.Errorf("step 1 after reconcile: %s, provider id %q", m.State, m.ProviderID)
+		}
+		e.jsonOut(0, &stuck, "stuck", "--older-than", "0s")
+		if len(stuck) != 0 {
+			t.Errorf("stuck lists %v once reconcile settled the step", stuckKeys(stuck))
 		}
 		got := map[string]int{}
 		for _, d := range deliveries(t, sim) {

@@ -73,7 +73,12 @@ func stores(t *testing.T, f func(t *testing.T, s store.Store)) {
 		t.Parallel()
 		url := os.Getenv("MSGQ_TEST_POSTGRES_URL")
 		if url == "" {
-			t.Fatal("MSGQ_TEST_POSTGRES_URL is not set: the PostgreSQL half of this test must run")
+			// A clean clone with nothing but Go runs the SQLite half;
+			// CI must run both (as internal/store/postgres's tests do).
+			if os.Getenv("CI") != "" {
+				t.Fatal("MSGQ_TEST_POSTGRES_URL is not set: PostgreSQL tests must not skip in CI")
+			}
+			t.Skip("MSGQ_TEST_POSTGRES_URL is not set")
 		}
 		b := make([]byte, 8)
 		rand.Read(b)

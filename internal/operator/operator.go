@@ -35,6 +35,13 @@ func refusedf(kind error, format string, a ...any) error {
 	return &RefusedError{fmt.Sprintf(format, a...), kind}
 }
 
+// ErrMaybeSent is the kind of a cancel refused because the queued row is
+// flagged maybe_sent: an earlier call's answer was lost, so the message
+// may already have reached the phone, and failed(canceled) would read as
+// "never sent". It is a state.ErrRefused too (exit 1, as every refused
+// verdict); CancelConfig.AcceptMaybeSent lifts it.
+var ErrMaybeSent = fmt.Errorf("%w: it may already have gone out (maybe_sent)", state.ErrRefused)
+
 // ConflictError is a resend's new key that names a message other than a
 // resend of this original: a key reused for another message, matching
 // store.ErrConflict for errors.Is.
@@ -102,9 +109,16 @@ type CancelConfig struct {
 	Ref    string
 	Note   string
 	By     string
+	// AcceptMaybeSent allows canceling a queued row flagged maybe_sent,
+	// which may already have reached the phone: the cancel stops further
+	// attempts, recalls nothing, and says so in the resolution.
+	AcceptMaybeSent bool
 }
 
-// Cancel stops a row that has certainly not gone out (a queued one).
+// Cancel stops a queued row. A queued row has not gone out unless it is
+// flagged maybe_sent (queued again after a call whose answer was lost, for
+// a provider that deduplicates by key): that one is refused with
+// ErrMaybeSent unless cfg.AcceptMaybeSent.
 func Cancel(ctx context.Context, cfg CancelConfig) (Result, error) {
 	m, err := messageByRef(ctx, cfg.Store, cfg.Tenant, cfg.Ref)
 	if err != nil {
@@ -114,7 +128,15 @@ func Cancel(ctx context.Context, cfg CancelConfig) (Result, error) {
 	if err := machineAllows("cancel", m, ev); err != nil {
 		return Result{}, err
 	}
+	if m.MaybeSent && !cfg.AcceptMaybeSent {
+		return Result{}, refusedf(ErrMaybeSent, "cannot cancel %s: it is queued again after an earlier call's answer was lost (maybe_sent), so it may already have reached the phone; "+
+			"a cancel stops further attempts but recalls nothing, and the row would read failed(canceled). Its provider deduplicates by key, so letting it go out sends nothing twice; "+
+			"cancel with --accept-maybe-sent if it must stop anyway", rowLabel(m))
+	}
 	what := "canceled by " + strings.TrimSpace(cfg.By)
+	if m.MaybeSent {
+		what += " (maybe_sent: it may already have gone out)"
+	}
 	if n := strings.TrimSpace(cfg.Note); n != "" {
 		what += ": " + n
 	}

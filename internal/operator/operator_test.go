@@ -161,6 +161,34 @@ func TestCancelStopsOnlyAQueuedRow(t *testing.T) {
 		state.ErrRefused, unk, e.historyLen(unk.ID), "it is unknown")
 }
 
+// TestCancelOfAMaybeSentRowNeedsConsent: a row queued again after a call
+// whose answer was lost (maybe_sent) may already be on the phone; cancel
+// refuses it (ErrMaybeSent, a state.ErrRefused) and writes nothing unless
+// AcceptMaybeSent, and then its resolution says so.
+func TestCancelOfAMaybeSentRowNeedsConsent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := e.sending("ms", time.Hour)
+	if _, err := e.st.MessageTransition(ctx, &store.TransitionParams{ID: m.ID, From: state.Sending,
+		Event: state.Event{Kind: state.Retry}, Source: store.SourceDrain, Detail: "test: answer lost, provider dedupes", LeaseOwner: "drain-1", MaybeSent: true}); err != nil {
+		t.Fatal(err)
+	}
+	q := e.get(m.ID)
+	if q.State != state.Queued || !q.MaybeSent {
+		t.Fatalf("seed: %s maybe_sent %v", q.State, q.MaybeSent)
+	}
+	err := errOf(operator.Cancel(ctx, operator.CancelConfig{Store: e.st, Ref: q.Key, By: "bob"}))
+	e.refused(err, operator.ErrMaybeSent, q, e.historyLen(q.ID), "(maybe_sent), so it may already have reached the phone")
+	if !errors.Is(err, state.ErrRefused) || !strings.Contains(err.Error(), "--accept-maybe-sent") {
+		t.Errorf("refusal %v: want a state.ErrRefused naming --accept-maybe-sent", err)
+	}
+	res, err := operator.Cancel(ctx, operator.CancelConfig{Store: e.st, Ref: q.Key, By: "bob", Note: "refunded", AcceptMaybeSent: true})
+	if err != nil || res.After.State != state.Failed || res.After.Reason != state.Canceled ||
+		res.Resolution != "canceled by bob (maybe_sent: it may already have gone out): refunded" {
+		t.Fatalf("accepted cancel: %+v %v", res, err)
+	}
+}
+
 func TestResendFollowsTheTableAndReplays(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -177,7 +177,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	stuck := func(p store.StuckParams) ([]store.StuckMessage, error) {
 		p.Tenant, p.Identity, p.Now, p.Limit = cfg.Tenant, cfg.Identity, now, cfg.Limit
-		p.PastDeadline = true // an unknown challenge step past its deadline is still looked up
 		ms, err := st.MessageStuck(ctx, &p)
 		if err == nil && len(ms) == cfg.Limit {
 			fmt.Fprintf(notes, "reconcile: took the oldest %d %s rows (--limit); run again for the rest\n", cfg.Limit, p.State)

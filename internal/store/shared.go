@@ -258,6 +258,17 @@ func StaleDetail(p *TransitionParams, cur state.State, owner string, until *time
 	return fmt.Sprintf("not applied: the row moved on before %s recorded this (it is %s): %s", who, now, p.Detail)
 }
 
+// PastDeadline says whether m is an uncertain row (unknown) whose
+// deadline (expires_at; a challenge step's is its challenge's) has passed
+// at now. It still needs a person: nobody knows whether it reached the
+// customer until evidence or an operator says (reconcile, resolve), so
+// stuck keeps listing it. But a resend would arrive after the deadline,
+// too late to be of use (a verification code is worthless then), so none
+// is offered.
+func (m *Message) PastDeadline(now time.Time) bool {
+	return m.State == state.Unknown && m.ExpiresAt != nil && !now.Before(*m.ExpiresAt)
+}
+
 // Validate checks a stuck filter.
 func (p *StuckParams) Validate() error {
 	switch {

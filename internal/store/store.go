@@ -143,8 +143,10 @@ type Store interface {
 	// MessageStuck returns the rows a person must look at: rows in sending
 	// whose lease is over (LeaseOver) or whose claim is older than p.OlderThan,
 	// and rows in unknown older than p.OlderThan, oldest first, each with
-	// the provider code of its last attempt. Errors: *InvalidError for a
-	// bad filter.
+	// the provider code of its last attempt. An unknown row stays listed
+	// past its deadline (Message.PastDeadline; a challenge step's is its
+	// challenge's) until evidence or a person settles it. Errors:
+	// *InvalidError for a bad filter.
 	MessageStuck(ctx context.Context, p *StuckParams) ([]StuckMessage, error)
 
 	// MessageNoteMany records, for each item whose row is still in
@@ -205,11 +207,6 @@ type StuckParams struct {
 	// TakeoverMargin past lease_until; what reconcile takes over), whatever
 	// OlderThan says.
 	LeaseExpired bool
-	// PastDeadline also lists unknown challenge steps whose challenge's
-	// deadline has passed: they no longer need a person (nothing useful
-	// can be resent; challenge.NeedsPerson), so stuck leaves them out, but
-	// reconcile still looks them up.
-	PastDeadline bool
 	Tenant       string
 	Identity     string
 	Purpose      string

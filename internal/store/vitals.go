@@ -87,7 +87,8 @@ type ChallengeVitals struct {
 	FallbacksFired   int `json:"fallbacks_fired"`
 	SupersedingSends int `json:"superseding_sends"`
 	// UnknownPastDeadline counts steps in unknown whose deadline has
-	// passed: out of msgq stuck, each a possible prompt nobody can check.
+	// passed: each a possible prompt nobody has checked, in msgq stuck
+	// (marked past deadline) until evidence or a person settles it.
 	UnknownPastDeadline int `json:"unknown_past_deadline"`
 	// RecentExpired counts the challenges that ended expired whose
 	// deadline passed within the stats window (Expired counts them all):

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/msgq/msgq/internal/bodybudget"
 	"github.com/msgq/msgq/internal/groupcommit"
 	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/provider/kinds"
@@ -38,6 +39,12 @@ const (
 // DefaultMaxBody bounds a delivery. Meta documents batched payloads of up
 // to 3 MB; a little more leaves room without inviting abuse.
 const DefaultMaxBody = 4 << 20
+
+// DefaultMaxPending bounds the bytes of request bodies the receiver holds
+// at once (read, being verified, or waiting for their durable write). Sixteen
+// maximal deliveries; far more than providers send at once in practice,
+// whose deliveries are a few kilobytes.
+const DefaultMaxPending = 64 << 20
 
 // Route is one identity whose webhooks the receiver verifies: its kind and
 // a verifier holding its secrets.
@@ -83,7 +90,7 @@ type Config struct {
 // Handler(), and Close it after the HTTP server has shut down.
 type Receiver struct {
 	cfg    Config
-	budget *budget
+	budget *bodybudget.Budget
 	// busy counts 503s since busyLogged (unix nanoseconds) last logged.
 	busy       atomic.Int64
 	busyLogged atomic.Int64
@@ -110,7 +117,7 @@ func NewReceiver(cfg Config) *Receiver {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	r := &Receiver{cfg: cfg, budget: newBudget(cfg.MaxPending)}
+	r := &Receiver{cfg: cfg, budget: bodybudget.New(cfg.MaxPending)}
 	// Every delivery waiting when a write starts goes into it, so one
 	// fsync acknowledges many webhooks (internal/groupcommit).
 	r.commit = groupcommit.Start(cfg.MaxBatch, 30*time.Second, r.write)
@@ -201,17 +208,17 @@ var errClosed = errors.New("webhook: receiver closed")
 // budget; it answers 413 (too large), 503 (no room now) or 400 itself. The
 // caller must call release once the body is no longer held.
 func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) (body []byte, release func(), ok bool) {
-	body, reserved, err := readLimited(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody), req.ContentLength, r.cfg.MaxBody, r.budget)
-	release = func() { r.budget.give(reserved) }
+	body, reserved, err := r.budget.Read(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody), req.ContentLength, r.cfg.MaxBody)
+	release = func() { r.budget.Give(reserved) }
 	if err == nil {
 		return body, release, true
 	}
 	release()
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.Is(err, errTooLarge), errors.As(err, &mbe):
+	case errors.Is(err, bodybudget.ErrTooLarge), errors.As(err, &mbe):
 		http.Error(w, fmt.Sprintf("body over %d bytes", r.cfg.MaxBody), http.StatusRequestEntityTooLarge)
-	case errors.Is(err, errBusy):
+	case errors.Is(err, bodybudget.ErrBusy):
 		r.logBusy()
 		w.Header().Set("Retry-After", strconv.Itoa(int((r.cfg.RetryAfter+time.Second-1)/time.Second)))
 		// The body was not read: do not let the client send it on this

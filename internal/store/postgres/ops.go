@@ -40,10 +40,6 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	if p.State != state.None {
 		where = append(where, "state = "+arg(string(p.State)))
 	}
-	if !p.PastDeadline {
-		where = append(where, "NOT (state = 'unknown' AND expires_at IS NOT NULL AND expires_at <= "+arg(now)+
-			" AND EXISTS (SELECT 1 FROM challenge_steps cs WHERE cs.message_id = messages.id))")
-	}
 	for _, f := range []struct{ col, v string }{{"tenant", p.Tenant}, {"identity", p.Identity}, {"purpose", p.Purpose}} {
 		if f.v != "" {
 			where = append(where, f.col+" = "+arg(f.v))

@@ -41,11 +41,6 @@ func (s *Store) MessageStuck(ctx context.Context, p *store.StuckParams) ([]store
 	if p.State != state.None {
 		where, args = append(where, "state = ?"), append(args, string(p.State))
 	}
-	if !p.PastDeadline {
-		where = append(where, "NOT (state = 'unknown' AND expires_at IS NOT NULL AND expires_at <= ? "+
-			"AND EXISTS (SELECT 1 FROM challenge_steps cs WHERE cs.message_id = messages.id))")
-		args = append(args, micros(now))
-	}
 	for col, v := range map[string]string{"tenant": p.Tenant, "identity": p.Identity, "purpose": p.Purpose} {
 		if v != "" {
 			where, args = append(where, col+" = ?"), append(args, v)

@@ -197,29 +197,43 @@ func testChallenge(t *testing.T, h Harness) {
 		if v := must[*store.Stats](t)(s.Stats(ctx, &store.StatsParams{})).Challenges; v.Open != 2 || v.Blocked != 1 || v.FallbacksFired != 1 {
 			t.Errorf("vitals while blocked %+v", v)
 		}
-		// Past the deadline the unknown step needs nobody: stuck leaves
-		// it out (reconcile still sees it) and it keeps maybe_sent.
+		// Before the deadline the unknown steps are stuck, not past it.
+		for _, m := range must[[]store.StuckMessage](t)(s.MessageStuck(ctx, &store.StuckParams{State: state.Unknown})) {
+			if m.PastDeadline(clk.Now()) {
+				t.Errorf("%s is past its deadline before it", m.Key)
+			}
+		}
+		// Past the deadline nothing is called, but nobody knows whether
+		// the unknown steps reached the customer: they stay in stuck
+		// (issue 24), marked past their deadline (a resend would come too
+		// late), and keep maybe_sent.
 		clk.Advance(10 * time.Minute)
 		tick(t, s)
 		if c := get(t, s, "unk-1"); c.Outcome != "expired" || c.Steps[1].Message.State != state.Failed {
 			t.Errorf("after the deadline %s, step 2 %s", c.Outcome, c.Steps[1].Message.State)
 		}
-		if st := must[[]store.StuckMessage](t)(s.MessageStuck(ctx, &store.StuckParams{State: state.Unknown})); len(st) != 0 {
-			t.Errorf("stuck lists %d rows past their deadline", len(st))
+		stuck := must[[]store.StuckMessage](t)(s.MessageStuck(ctx, &store.StuckParams{State: state.Unknown}))
+		if len(stuck) != 2 {
+			t.Fatalf("stuck lists %d unknown rows past their deadline, want 2 (unk-1's and unk-2's step 1)", len(stuck))
 		}
-		if st := must[[]store.StuckMessage](t)(s.MessageStuck(ctx, &store.StuckParams{State: state.Unknown, PastDeadline: true})); len(st) != 2 {
-			t.Errorf("stuck with PastDeadline lists %d rows, want 2", len(st))
+		for _, m := range stuck {
+			if !m.PastDeadline(clk.Now()) || (m.ID == c1.ID && !m.MaybeSent) {
+				t.Errorf("%s in stuck: past deadline %v, maybe_sent %v", m.Key, m.PastDeadline(clk.Now()), m.MaybeSent)
+			}
 		}
 		if v := must[*store.Stats](t)(s.Stats(ctx, &store.StatsParams{})).Challenges; v.Expired != 2 || v.Open != 0 || v.UnknownPastDeadline != 2 {
 			t.Errorf("vitals after the deadline %+v", v)
 		}
-		// It keeps maybe_sent, and later evidence still moves it forward.
-		if m := get(t, s, "unk-1").Steps[0].Message; m.State != state.Unknown || !m.MaybeSent {
-			t.Errorf("unk-1's step 1 past the deadline: %s, maybe_sent %v; want unknown, maybe_sent", m.State, m.MaybeSent)
-		}
+		// Later evidence still moves a step forward, and out of stuck; a
+		// person's verdict takes the other out.
 		evidence(t, s, c1.ID, state.Unknown, state.Delivered)
 		if m := get(t, s, "unk-1").Steps[0].Message; m.State != state.Delivered {
 			t.Errorf("unk-1's step 1 after evidence: %s, want delivered", m.State)
+		}
+		must[*store.Message](t)(s.MessageTransition(ctx, &store.TransitionParams{ID: c2.ID, From: state.Unknown,
+			Event: state.Event{Kind: state.Resolve, Status: state.Failed}, Source: store.SourceOperator, Detail: "no code arrived", Resolution: "failed by ops"}))
+		if st := must[[]store.StuckMessage](t)(s.MessageStuck(ctx, &store.StuckParams{State: state.Unknown})); len(st) != 0 {
+			t.Errorf("stuck lists %d unknown rows once both were settled", len(st))
 		}
 	})
 
