@@ -151,10 +151,15 @@ const (
 	CounterMaybeSent = "maybe_sent:"
 	// CounterChallenges is the prefix of the challenges that ended, by
 	// outcome and the step that decided it ("challenges:completed:1").
-	CounterChallenges          = "challenges:"
-	CounterSupersedingSends    = "superseding_sends"
-	CounterFallbacksFired      = "fallbacks_fired"
-	CounterDeadEvents          = "dead_events"
-	CounterParkedEvidence      = "parked_evidence"
-	CounterUnattributedInbound = "unattributed_inbound"
+	CounterChallenges           = "challenges:"
+	CounterSupersedingSends     = "superseding_sends"
+	CounterFallbacksFired       = "fallbacks_fired"
+	CounterDeadEvents           = "dead_events"
+	CounterParkedEvidence       = "parked_evidence"
+	CounterUnattributedInbound  = "unattributed_inbound"
+	CounterSuspectEvidence      = "suspect_evidence"
+	CounterProviderIDCollisions = "provider_id_collisions"
+	CounterUnreadableWebhooks   = "unreadable_webhooks"
+	CounterNotices              = "notices"
+	CounterUnknownNotices       = "unknown_notices"
 )

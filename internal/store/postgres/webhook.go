@@ -1088,20 +1088,17 @@ func (s *Store) WebhookStats(ctx context.Context) (*store.WebhookStats, error) {
 }
 
 // webhookStats reads the evidence figures the running counts
-// (rules.SetCounters: duplicates, parked statuses, unattributed replies)
-// do not give, each from a partial index of the rows waiting for
-// something.
+// (rules.SetCounters: duplicates, parked and suspect statuses,
+// unattributed replies, unreadable deliveries, collisions, notices) do
+// not give: the deliveries not yet processed and the queued rows a
+// template holds from their partial indexes (work waiting), the template
+// holds from their table (a row per template).
 func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error {
 	err := q.QueryRow(ctx, "SELECT "+
 		"(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL), "+
-		"(SELECT count(*) FROM webhook_events WHERE error <> ''), "+
-		"(SELECT count(*) FROM evidence WHERE outcome = 'suspect'), "+
-		"(SELECT count(*) FROM messages WHERE provider_id_collision <> ''), "+
-		"(SELECT count(*) FROM notices), (SELECT count(*) FROM notices WHERE kind = $1), (SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')), "+
-		"(SELECT count(*) FROM messages WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: ')",
-		store.NoticeUnknown).
-		Scan(&st.UnprocessedWebhooks, &st.UnreadableWebhooks,
-			&st.SuspectEvidence, &st.ProviderIDCollisions, &st.Notices, &st.UnknownNotices, &st.TemplateHolds, &st.TemplateHeldRows)
+		"(SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')), "+
+		"(SELECT count(*) FROM messages WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: ')").
+		Scan(&st.UnprocessedWebhooks, &st.TemplateHolds, &st.TemplateHeldRows)
 	if err != nil {
 		return fmt.Errorf("postgres: webhook stats: %w", err)
 	}

@@ -128,7 +128,11 @@ func SetCounters(st *store.Stats, c map[string]int64) {
 	v := &st.VitalStats
 	st.KeyReplays, v.KeyConflicts, st.DuplicateWebhooks = c[store.CounterKeyReplays], c[store.CounterKeyConflicts], c[store.CounterDuplicateWebhooks]
 	v.Resends = int(c[store.CounterResends])
-	st.ParkedEvidence, st.UnattributedInbound = int(c[store.CounterParkedEvidence]), int(c[store.CounterUnattributedInbound])
+	w := &st.WebhookStats
+	w.ParkedEvidence, w.UnattributedInbound = int(c[store.CounterParkedEvidence]), int(c[store.CounterUnattributedInbound])
+	w.SuspectEvidence, w.ProviderIDCollisions = int(c[store.CounterSuspectEvidence]), int(c[store.CounterProviderIDCollisions])
+	w.UnreadableWebhooks, w.Notices, w.UnknownNotices = int(c[store.CounterUnreadableWebhooks]), int(c[store.CounterNotices]),
+		int(c[store.CounterUnknownNotices])
 	ch := &v.Challenges
 	ch.SupersedingSends, ch.FallbacksFired = int(c[store.CounterSupersedingSends]), int(c[store.CounterFallbacksFired])
 	if ch.CompletedByStep == nil {

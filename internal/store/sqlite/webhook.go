@@ -971,9 +971,11 @@ func (s *Store) WebhookStats(ctx context.Context) (*store.WebhookStats, error) {
 }
 
 // webhookStats reads the evidence figures the running counts
-// (rules.SetCounters: duplicates, parked statuses, unattributed replies)
-// do not give, each from a partial index of the rows waiting for
-// something.
+// (rules.SetCounters: duplicates, parked and suspect statuses,
+// unattributed replies, unreadable deliveries, collisions, notices) do
+// not give: the deliveries not yet processed and the queued rows a
+// template holds from their partial indexes (work waiting), the template
+// holds from their table (a row per template).
 func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error {
 	for _, f := range []struct {
 		q    string
@@ -981,11 +983,6 @@ func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error 
 		dest any
 	}{
 		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_pending WHERE processed_at IS NULL", nil, &st.UnprocessedWebhooks},
-		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_unreadable WHERE error <> ''", nil, &st.UnreadableWebhooks},
-		{"SELECT count(*) FROM evidence INDEXED BY evidence_suspect WHERE outcome = 'suspect'", nil, &st.SuspectEvidence},
-		{"SELECT count(*) FROM messages INDEXED BY messages_provider_id_collision WHERE provider_id_collision <> ''", nil, &st.ProviderIDCollisions},
-		{"SELECT count(*) FROM notices", nil, &st.Notices},
-		{"SELECT count(*) FROM notices INDEXED BY notices_kind WHERE kind = ?", []any{store.NoticeUnknown}, &st.UnknownNotices},
 		{"SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')", nil, &st.TemplateHolds},
 		{"SELECT count(*) FROM messages INDEXED BY messages_template_held WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: '", nil, &st.TemplateHeldRows},
 	} {

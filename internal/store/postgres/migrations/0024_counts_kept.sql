@@ -6,9 +6,10 @@
 -- 1. Counts that only grow are kept, in the transaction of each change:
 --    rows by identity and state (stats counted them with a scan of
 --    messages), and in counters the rows of a class (resends, rows
---    flagged maybe_sent by state, challenges by outcome, superseding
---    sends, fallbacks released, events whose endpoint gave up, parked
---    statuses, unattributed replies).
+--    flagged maybe_sent by state, rows sharing a provider id,
+--    challenges by outcome, superseding sends, fallbacks released,
+--    events whose endpoint gave up, parked and suspect statuses,
+--    unattributed replies, unreadable deliveries, notices).
 -- 2. Windowed figures read an index of their window (recent resends,
 --    recently expired challenges).
 -- 3. Parked statuses and unattributed replies are tried again on a
@@ -94,11 +95,12 @@ BEGIN
         SELECT identity, state, count(*) FROM new_rows GROUP BY identity, state
         RETURNING seq)
     SELECT coalesce(bool_or(seq % 1024 = 0), false) INTO v_fold FROM d;
-    IF EXISTS (SELECT 1 FROM new_rows WHERE maybe_sent OR resend_of <> '') THEN
+    IF EXISTS (SELECT 1 FROM new_rows WHERE maybe_sent OR resend_of <> '' OR provider_id_collision <> '') THEN
         INSERT INTO counter_deltas (name, n)
         SELECT name, count(*) FROM (
             SELECT 'maybe_sent:' || state AS name FROM new_rows WHERE maybe_sent
-            UNION ALL SELECT 'resends' FROM new_rows WHERE resend_of <> '') c
+            UNION ALL SELECT 'resends' FROM new_rows WHERE resend_of <> ''
+            UNION ALL SELECT 'provider_id_collisions' FROM new_rows WHERE provider_id_collision <> '') c
         GROUP BY name;
     END IF;
     IF v_fold THEN
@@ -119,14 +121,16 @@ BEGIN
         GROUP BY identity, state HAVING sum(n) <> 0
         RETURNING seq)
     SELECT coalesce(bool_or(seq % 1024 = 0), false) INTO v_fold FROM d;
-    IF EXISTS (SELECT 1 FROM new_rows WHERE maybe_sent OR resend_of <> '')
-       OR EXISTS (SELECT 1 FROM old_rows WHERE maybe_sent OR resend_of <> '') THEN
+    IF EXISTS (SELECT 1 FROM new_rows WHERE maybe_sent OR resend_of <> '' OR provider_id_collision <> '')
+       OR EXISTS (SELECT 1 FROM old_rows WHERE maybe_sent OR resend_of <> '' OR provider_id_collision <> '') THEN
         INSERT INTO counter_deltas (name, n)
         SELECT name, sum(n) FROM (
             SELECT 'maybe_sent:' || state AS name, 1 AS n FROM new_rows WHERE maybe_sent
             UNION ALL SELECT 'maybe_sent:' || state, -1 FROM old_rows WHERE maybe_sent
             UNION ALL SELECT 'resends', 1 FROM new_rows WHERE resend_of <> ''
-            UNION ALL SELECT 'resends', -1 FROM old_rows WHERE resend_of <> '') c
+            UNION ALL SELECT 'resends', -1 FROM old_rows WHERE resend_of <> ''
+            UNION ALL SELECT 'provider_id_collisions', 1 FROM new_rows WHERE provider_id_collision <> ''
+            UNION ALL SELECT 'provider_id_collisions', -1 FROM old_rows WHERE provider_id_collision <> '') c
         GROUP BY name HAVING sum(n) <> 0;
     END IF;
     IF v_fold THEN
@@ -142,13 +146,14 @@ BEGIN
     INSERT INTO counter_deltas (name, n)
     SELECT name, -count(*) FROM (
         SELECT 'maybe_sent:' || state AS name FROM old_rows WHERE maybe_sent
-        UNION ALL SELECT 'resends' FROM old_rows WHERE resend_of <> '') c
+        UNION ALL SELECT 'resends' FROM old_rows WHERE resend_of <> ''
+        UNION ALL SELECT 'provider_id_collisions' FROM old_rows WHERE provider_id_collision <> '') c
     GROUP BY name;
     RETURN NULL;
 END $$;
 
 -- The counts start from the rows there are, counted while writers wait.
-LOCK TABLE messages, challenges, challenge_steps, events, evidence, inbound IN SHARE ROW EXCLUSIVE MODE;
+LOCK TABLE messages, challenges, challenge_steps, events, evidence, inbound, webhook_events, notices IN SHARE ROW EXCLUSIVE MODE;
 
 CREATE TRIGGER messages_counts_insert AFTER INSERT ON messages REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION messages_counts_insert();
@@ -233,16 +238,22 @@ CREATE TRIGGER event_counts_delete AFTER DELETE ON events FOR EACH ROW
 -- one trigger per statement.
 CREATE FUNCTION evidence_counts() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 DECLARE
-    v_n bigint := 0;
+    v_parked bigint := 0;
+    v_suspect bigint := 0;
 BEGIN
     IF TG_OP <> 'DELETE' THEN
-        v_n := v_n + (SELECT count(*) FROM new_rows WHERE outcome = '');
+        SELECT v_parked + count(*) FILTER (WHERE outcome = ''), v_suspect + count(*) FILTER (WHERE outcome = 'suspect')
+        INTO v_parked, v_suspect FROM new_rows;
     END IF;
     IF TG_OP <> 'INSERT' THEN
-        v_n := v_n - (SELECT count(*) FROM old_rows WHERE outcome = '');
+        SELECT v_parked - count(*) FILTER (WHERE outcome = ''), v_suspect - count(*) FILTER (WHERE outcome = 'suspect')
+        INTO v_parked, v_suspect FROM old_rows;
     END IF;
-    IF v_n <> 0 THEN
-        PERFORM count_delta('parked_evidence', v_n);
+    IF v_parked <> 0 THEN
+        PERFORM count_delta('parked_evidence', v_parked);
+    END IF;
+    IF v_suspect <> 0 THEN
+        PERFORM count_delta('suspect_evidence', v_suspect);
     END IF;
     RETURN NULL;
 END $$;
@@ -277,6 +288,54 @@ CREATE TRIGGER inbound_counts_update AFTER UPDATE ON inbound REFERENCING OLD TAB
 CREATE TRIGGER inbound_counts_delete AFTER DELETE ON inbound REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION inbound_counts();
 
+-- Deliveries processed with an error (unreadable: kept for a person, or
+-- a fixed parser, never purged) and provider notices: row triggers, each
+-- firing only for a row of its class (a delivery's body is never copied
+-- into a transition table).
+CREATE FUNCTION webhook_event_counts() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        IF OLD.error <> '' THEN
+            PERFORM count_delta('unreadable_webhooks', -1);
+        END IF;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        IF NEW.error <> '' THEN
+            PERFORM count_delta('unreadable_webhooks', 1);
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER webhook_event_counts_insert AFTER INSERT ON webhook_events FOR EACH ROW
+    WHEN (NEW.error <> '') EXECUTE FUNCTION webhook_event_counts();
+CREATE TRIGGER webhook_event_counts_update AFTER UPDATE ON webhook_events FOR EACH ROW
+    WHEN ((OLD.error <> '') <> (NEW.error <> '')) EXECUTE FUNCTION webhook_event_counts();
+CREATE TRIGGER webhook_event_counts_delete AFTER DELETE ON webhook_events FOR EACH ROW
+    WHEN (OLD.error <> '') EXECUTE FUNCTION webhook_event_counts();
+
+CREATE FUNCTION notice_counts() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        PERFORM count_delta('notices', -1);
+        IF OLD.kind = 'unknown' THEN
+            PERFORM count_delta('unknown_notices', -1);
+        END IF;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        PERFORM count_delta('notices', 1);
+        IF NEW.kind = 'unknown' THEN
+            PERFORM count_delta('unknown_notices', 1);
+        END IF;
+    END IF;
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER notice_counts_insert AFTER INSERT ON notices FOR EACH ROW EXECUTE FUNCTION notice_counts();
+CREATE TRIGGER notice_counts_update AFTER UPDATE ON notices FOR EACH ROW
+    WHEN (OLD.kind IS DISTINCT FROM NEW.kind) EXECUTE FUNCTION notice_counts();
+CREATE TRIGGER notice_counts_delete AFTER DELETE ON notices FOR EACH ROW EXECUTE FUNCTION notice_counts();
+
 INSERT INTO state_counts (identity, state, n)
 SELECT identity, state, count(*) FROM messages GROUP BY identity, state;
 
@@ -290,6 +349,11 @@ SELECT name, n FROM (
     UNION ALL SELECT 'dead_events', count(*) FROM events WHERE dead_at IS NOT NULL
     UNION ALL SELECT 'parked_evidence', count(*) FROM evidence WHERE outcome = ''
     UNION ALL SELECT 'unattributed_inbound', count(*) FROM inbound WHERE message_id IS NULL
+    UNION ALL SELECT 'provider_id_collisions', count(*) FROM messages WHERE provider_id_collision <> ''
+    UNION ALL SELECT 'suspect_evidence', count(*) FROM evidence WHERE outcome = 'suspect'
+    UNION ALL SELECT 'unreadable_webhooks', count(*) FROM webhook_events WHERE error <> ''
+    UNION ALL SELECT 'notices', count(*) FROM notices
+    UNION ALL SELECT 'unknown_notices', count(*) FROM notices WHERE kind = 'unknown'
 ) c (name, n)
 WHERE n > 0
 ON CONFLICT (name) DO UPDATE SET n = excluded.n;

@@ -7,9 +7,10 @@
 -- 1. Counts that only grow are kept in counters by triggers, in the
 --    transaction of each change, as 0003 keeps state_counts (SQLite has
 --    one writer: a counter row costs no concurrency): resends, rows
---    flagged maybe_sent by state, challenges by outcome, superseding
---    sends, fallbacks released, events whose endpoint gave up, parked
---    statuses, unattributed replies. Each trigger fires only when a
+--    flagged maybe_sent by state, rows sharing a provider id, challenges
+--    by outcome, superseding sends, fallbacks released, events whose
+--    endpoint gave up, parked and suspect statuses, unattributed replies,
+--    unreadable deliveries, notices. Each trigger fires only when a
 --    counted column changes.
 -- 2. Windowed figures read an index of their window (recent resends,
 --    recently expired challenges).
@@ -41,6 +42,24 @@ WHEN OLD.maybe_sent OR OLD.resend_of <> '' BEGIN
     INSERT INTO counters (name, n) SELECT 'maybe_sent:' || OLD.state, -1 WHERE OLD.maybe_sent
     ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
     INSERT INTO counters (name, n) SELECT 'resends', -1 WHERE OLD.resend_of <> ''
+    ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
+END;
+
+CREATE TRIGGER messages_collision_counts_insert AFTER INSERT ON messages
+WHEN NEW.provider_id_collision <> '' BEGIN
+    INSERT INTO counters (name, n) VALUES ('provider_id_collisions', 1)
+    ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
+END;
+
+CREATE TRIGGER messages_collision_counts_update AFTER UPDATE OF provider_id_collision ON messages
+WHEN (OLD.provider_id_collision <> '') <> (NEW.provider_id_collision <> '') BEGIN
+    INSERT INTO counters (name, n) VALUES ('provider_id_collisions', CASE WHEN NEW.provider_id_collision <> '' THEN 1 ELSE -1 END)
+    ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
+END;
+
+CREATE TRIGGER messages_collision_counts_delete AFTER DELETE ON messages
+WHEN OLD.provider_id_collision <> '' BEGIN
+    INSERT INTO counters (name, n) VALUES ('provider_id_collisions', -1)
     ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
 END;
 
@@ -95,22 +114,64 @@ WHEN OLD.dead_at IS NOT NULL BEGIN
     ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
 END;
 
--- Parked statuses: every status is pending until applied.
+-- Parked statuses (every status is pending until applied) and those set
+-- aside as suspect.
 CREATE TRIGGER evidence_counts_insert AFTER INSERT ON evidence
-WHEN NEW.outcome = '' BEGIN
-    INSERT INTO counters (name, n) VALUES ('parked_evidence', 1)
+WHEN NEW.outcome IN ('', 'suspect') BEGIN
+    INSERT INTO counters (name, n) VALUES (CASE NEW.outcome WHEN '' THEN 'parked_evidence' ELSE 'suspect_evidence' END, 1)
     ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
 END;
 
 CREATE TRIGGER evidence_counts_update AFTER UPDATE OF outcome ON evidence
-WHEN (OLD.outcome = '') <> (NEW.outcome = '') BEGIN
-    INSERT INTO counters (name, n) VALUES ('parked_evidence', CASE WHEN NEW.outcome = '' THEN 1 ELSE -1 END)
+WHEN OLD.outcome <> NEW.outcome AND (OLD.outcome IN ('', 'suspect') OR NEW.outcome IN ('', 'suspect')) BEGIN
+    INSERT INTO counters (name, n) SELECT CASE OLD.outcome WHEN '' THEN 'parked_evidence' ELSE 'suspect_evidence' END, -1
+    WHERE OLD.outcome IN ('', 'suspect')
+    ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
+    INSERT INTO counters (name, n) SELECT CASE NEW.outcome WHEN '' THEN 'parked_evidence' ELSE 'suspect_evidence' END, 1
+    WHERE NEW.outcome IN ('', 'suspect')
     ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
 END;
 
 CREATE TRIGGER evidence_counts_delete AFTER DELETE ON evidence
-WHEN OLD.outcome = '' BEGIN
-    INSERT INTO counters (name, n) VALUES ('parked_evidence', -1)
+WHEN OLD.outcome IN ('', 'suspect') BEGIN
+    INSERT INTO counters (name, n) VALUES (CASE OLD.outcome WHEN '' THEN 'parked_evidence' ELSE 'suspect_evidence' END, -1)
+    ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
+END;
+
+-- Deliveries processed with an error (unreadable: kept for a person, or a
+-- fixed parser, never purged).
+CREATE TRIGGER webhook_event_counts_insert AFTER INSERT ON webhook_events
+WHEN NEW.error <> '' BEGIN
+    INSERT INTO counters (name, n) VALUES ('unreadable_webhooks', 1)
+    ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
+END;
+
+CREATE TRIGGER webhook_event_counts_update AFTER UPDATE OF error ON webhook_events
+WHEN (OLD.error <> '') <> (NEW.error <> '') BEGIN
+    INSERT INTO counters (name, n) VALUES ('unreadable_webhooks', CASE WHEN NEW.error <> '' THEN 1 ELSE -1 END)
+    ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
+END;
+
+CREATE TRIGGER webhook_event_counts_delete AFTER DELETE ON webhook_events
+WHEN OLD.error <> '' BEGIN
+    INSERT INTO counters (name, n) VALUES ('unreadable_webhooks', -1)
+    ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
+END;
+
+-- Provider notices, and those msgq did not understand.
+CREATE TRIGGER notice_counts_insert AFTER INSERT ON notices BEGIN
+    INSERT INTO counters (name, n) SELECT name, 1 FROM (SELECT 'notices' AS name UNION ALL SELECT 'unknown_notices' WHERE NEW.kind = 'unknown') WHERE true
+    ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
+END;
+
+CREATE TRIGGER notice_counts_update AFTER UPDATE OF kind ON notices
+WHEN (OLD.kind = 'unknown') <> (NEW.kind = 'unknown') BEGIN
+    INSERT INTO counters (name, n) VALUES ('unknown_notices', CASE WHEN NEW.kind = 'unknown' THEN 1 ELSE -1 END)
+    ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
+END;
+
+CREATE TRIGGER notice_counts_delete AFTER DELETE ON notices BEGIN
+    INSERT INTO counters (name, n) SELECT name, -1 FROM (SELECT 'notices' AS name UNION ALL SELECT 'unknown_notices' WHERE OLD.kind = 'unknown') WHERE true
     ON CONFLICT (name) DO UPDATE SET n = n + excluded.n;
 END;
 
@@ -145,6 +206,11 @@ SELECT name, n FROM (
     UNION ALL SELECT 'dead_events', count(*) FROM events WHERE dead_at IS NOT NULL
     UNION ALL SELECT 'parked_evidence', count(*) FROM evidence WHERE outcome = ''
     UNION ALL SELECT 'unattributed_inbound', count(*) FROM inbound WHERE message_id IS NULL
+    UNION ALL SELECT 'provider_id_collisions', count(*) FROM messages WHERE provider_id_collision <> ''
+    UNION ALL SELECT 'suspect_evidence', count(*) FROM evidence WHERE outcome = 'suspect'
+    UNION ALL SELECT 'unreadable_webhooks', count(*) FROM webhook_events WHERE error <> ''
+    UNION ALL SELECT 'notices', count(*) FROM notices
+    UNION ALL SELECT 'unknown_notices', count(*) FROM notices WHERE kind = 'unknown'
 )
 WHERE n > 0
 ON CONFLICT (name) DO UPDATE SET n = excluded.n;
