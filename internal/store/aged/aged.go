@@ -78,7 +78,8 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 	// $1 messages, $2 first creation (µs), $3 step (µs), $4 in flight,
 	// $5 identity, $6 endpoint: the first statement keeps them as columns
 	// of aged_src for the others, which take no parameters (PostgreSQL
-	// refuses one it cannot type). g runs from 1; k is a scrambled
+	// refuses one it cannot type). g runs from 1 (a bigint: g * 7919
+	// passes the range of an integer past 271,000 rows); k is a scrambled
 	// per-mille that decides a message's fate.
 	stmts := []string{
 		`CREATE TEMP TABLE aged_src ON COMMIT DROP AS
@@ -88,7 +89,7 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 				WHEN (g * 7919) % 1000 < 50 THEN 'failed' WHEN (g * 7919) % 1000 < 100 THEN 'sent'
 				WHEN (g * 7919) % 1000 < 850 THEN 'delivered' ELSE 'read' END AS state,
 			$5::text AS identity, $6::text AS endpoint
-		FROM generate_series(1, $1::int) g`,
+		FROM generate_series(1, $1::bigint) g`,
 		`INSERT INTO messages (id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
 			payload, state, reason, attempts, next_attempt_at, lease_owner, lease_until, provider_id, last_error,
 			created_at, updated_at, resend_of, maybe_sent)
@@ -149,8 +150,8 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 			created_at, updated_at)
 		SELECT 'ch_aged_' || g, 'default', 'aged-challenge-' || g, md5(g::text), created + interval '10 minutes', false, false,
 			CASE WHEN g / 20 % 10 = 5 THEN 'ch_aged_' || (g - 20) ELSE '' END,
-			(ARRAY['completed', 'completed', 'expired', 'failed'])[g / 20 % 4 + 1], (ARRAY[1, 2, 0, 0])[g / 20 % 4 + 1],
-			(ARRAY['step 1 sent', 'step 2 sent', 'deadline passed', 'every step failed'])[g / 20 % 4 + 1],
+			(ARRAY['completed', 'completed', 'expired', 'failed'])[(g / 20 % 4)::int + 1], (ARRAY[1, 2, 0, 0])[(g / 20 % 4)::int + 1],
+			(ARRAY['step 1 sent', 'step 2 sent', 'deadline passed', 'every step failed'])[(g / 20 % 4)::int + 1],
 			created, created + interval '2 seconds'
 		FROM aged_src WHERE g % 20 = 10 AND state IN ('sent', 'delivered', 'read')`,
 		`INSERT INTO challenge_steps (challenge_id, step, message_id, release_at, released, seen_state)

@@ -557,13 +557,16 @@ func scanEvidence(row pgx.Row, extra ...any) (*store.StatusEvidence, error) {
 // backlog of statuses no row will ever claim (another system's sends on a
 // shared number) must not starve new ones. Only statuses due ($1 at or
 // after their retry_at: new ones, and parked ones whose time to be tried
-// again has come) are read, through evidence_retry, so that a round never
-// walks that backlog: retryParkedSQL sets the next try of what matched
-// nothing. $3 are statuses this run already left pending (its own locks
+// again has come) are read, the first $4 (store.DueBatch) along
+// evidence_retry (ORDER BY and LIMIT keep that walk whatever the
+// estimates say: statistics taken before a round set the backlog's
+// retry_at would have every status due), so that a round never walks
+// that backlog: retryParkedSQL sets the next try of what matched nothing.
+// $3 are statuses this run already left pending (its own locks
 // do not make SKIP LOCKED pass them over).
 var applyCandidatesSQL = `SELECT ` + qualified("e", evidenceCols) + `
 FROM evidence e
-WHERE e.id = ANY(ARRAY(SELECT d.id FROM evidence d WHERE d.outcome = '' AND d.retry_at <= $1))
+WHERE e.id = ANY(ARRAY(SELECT d.id FROM evidence d WHERE d.outcome = '' AND d.retry_at <= $1 ORDER BY d.retry_at, d.at, d.id LIMIT $4))
 	AND e.outcome = '' AND e.id <> ALL($3::text[]) AND ` + matchablePred + `
 ORDER BY e.at, e.id
 LIMIT $2
@@ -593,9 +596,13 @@ SELECT v.ord, m.id, true FROM unnest($3::text[]) WITH ORDINALITY AS v(ref, ord) 
 // tried again within moments and one parked for a month every few days:
 // what a round reads follows the statuses arriving, never those parked
 // for ever. Statuses another run holds are left to it, and those that
-// match stay due (a run that stopped at its limit left them).
+// match stay due (a run that stopped at its limit left them). The due
+// ones are read first, without locking them: a walk of evidence_retry
+// alone, where FOR UPDATE would have the planner read every pending
+// status and sort them when its statistics say all are due.
 const retryParkedSQL = `UPDATE evidence e SET retry_at = $1 + greatest($1 - e.received_at, interval '0') / 8
-WHERE e.id = ANY(ARRAY(SELECT id FROM evidence WHERE outcome = '' AND retry_at <= $1 FOR UPDATE SKIP LOCKED))
+WHERE e.id = ANY(ARRAY(SELECT id FROM evidence WHERE id = ANY(ARRAY(SELECT id FROM evidence
+		WHERE outcome = '' AND retry_at <= $1 ORDER BY retry_at, at, id LIMIT $2)) FOR UPDATE SKIP LOCKED))
 	AND NOT ` + matchablePred
 
 // retryNowSQL makes the pending statuses of provider ids ($1 identities,
@@ -658,10 +665,10 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 		}
 		// What is still due and matches nothing (or waits for a
 		// drain's answer): its next try.
-		if _, err := tx.Exec(ctx, retryParkedSQL, now); err != nil {
+		if _, err := tx.Exec(ctx, retryParkedSQL, now, store.DueBatch); err != nil {
 			return fmt.Errorf("postgres: apply evidence: %w", err)
 		}
-		n, err := attribute(ctx, tx, now)
+		n, err := attribute(ctx, tx, now, store.DueBatch)
 		if err != nil {
 			return err
 		}
@@ -682,27 +689,29 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 // who wrote, when the reply names them). The lookup is a scalar subquery, one index
 // probe per waiting reply, so that the planner cannot choose to walk every
 // sent row's provider id (a merge join) instead.
-// Only replies due ($1 at or after their retry_at) are read, through
-// inbound_retry; retryRepliesSQL sets the next try of those still linked
-// to nothing, as retryParkedSQL does for statuses: replies about messages
-// some other system sent are never linked, and must not be read again on
-// every round.
+// Only replies due ($1 at or after their retry_at) are read, the first $2
+// (store.DueBatch) along inbound_retry, as applyCandidatesSQL's statuses; retryRepliesSQL
+// sets the next try of those still linked to nothing, as retryParkedSQL
+// does for statuses: replies about messages some other system sent are
+// never linked, and must not be read again on every round.
 const attributeCandidatesSQL = `SELECT id, mid FROM (
 	SELECT u.id, (SELECT CASE WHEN count(*) = 1 THEN min(m.id) END FROM messages m WHERE m.identity = u.identity
 		AND m.provider_id = u.context_id AND m.provider_id <> '' AND (u.sender = '' OR m.recipient = u.sender)) AS mid
-	FROM inbound u WHERE u.message_id IS NULL AND u.context_id <> '' AND u.retry_at <= $1) l
+	FROM inbound u WHERE u.id = ANY(ARRAY(SELECT id FROM inbound WHERE message_id IS NULL AND context_id <> '' AND retry_at <= $1
+		ORDER BY retry_at, id LIMIT $2))) l
 WHERE mid IS NOT NULL`
 
 const retryRepliesSQL = `UPDATE inbound u SET retry_at = $1 + greatest($1 - u.stored_at, interval '0') / 8
-WHERE u.id = ANY(ARRAY(SELECT id FROM inbound WHERE message_id IS NULL AND context_id <> '' AND retry_at <= $1 FOR UPDATE SKIP LOCKED))
+WHERE u.id = ANY(ARRAY(SELECT id FROM inbound WHERE id = ANY(ARRAY(SELECT id FROM inbound
+		WHERE message_id IS NULL AND context_id <> '' AND retry_at <= $1 ORDER BY retry_at, id LIMIT $2)) FOR UPDATE SKIP LOCKED))
 	AND u.message_id IS NULL AND (SELECT count(*) FROM messages m WHERE m.identity = u.identity
 		AND m.provider_id = u.context_id AND m.provider_id <> '' AND (u.sender = '' OR m.recipient = u.sender)) <> 1`
 
 // attribute links the replies attributeCandidatesSQL finds, by id, sets
 // the next try of the others, and returns how many it linked (a
 // concurrent run may have linked some).
-func attribute(ctx context.Context, tx pgx.Tx, now time.Time) (int, error) {
-	rs, err := tx.Query(ctx, attributeCandidatesSQL, now)
+func attribute(ctx context.Context, tx pgx.Tx, now time.Time, limit int) (int, error) {
+	rs, err := tx.Query(ctx, attributeCandidatesSQL, now, limit)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: apply evidence: attribute inbound: %w", err)
 	}
@@ -728,7 +737,7 @@ func attribute(ctx context.Context, tx pgx.Tx, now time.Time) (int, error) {
 		}
 		n = int(tag.RowsAffected())
 	}
-	if _, err := tx.Exec(ctx, retryRepliesSQL, now); err != nil {
+	if _, err := tx.Exec(ctx, retryRepliesSQL, now, limit); err != nil {
 		return 0, fmt.Errorf("postgres: apply evidence: attribute inbound: %w", err)
 	}
 	return n, nil
@@ -738,7 +747,7 @@ func attribute(ctx context.Context, tx pgx.Tx, now time.Time) (int, error) {
 const countParkedSQL = "SELECT coalesce(sum(n), 0) FROM (SELECT n FROM counters WHERE name = $1 UNION ALL SELECT n FROM counter_deltas WHERE name = $1) c"
 
 func applyCandidates(ctx context.Context, tx pgx.Tx, now time.Time, limit int, skipped []string) ([]candidate, error) {
-	rs, err := tx.Query(ctx, applyCandidatesSQL, now, limit, skipped)
+	rs, err := tx.Query(ctx, applyCandidatesSQL, now, limit, skipped, store.DueBatch)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
 	}

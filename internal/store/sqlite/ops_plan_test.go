@@ -421,7 +421,7 @@ func TestHotPathsReachRowsThroughIndexes(t *testing.T) {
 	if err := hotpath.Setup(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := hotpath.Settle(ctx, s); err != nil {
+	if err := hotpath.Settle(ctx, s, finished); err != nil {
 		t.Fatal(err)
 	}
 	tr, db := traceStore(t, s, path)

@@ -453,10 +453,14 @@ func scanEvidence(sc scanner) (*store.StatusEvidence, error) {
 // statuses no row will ever claim (another system's sends on a shared
 // number) must not starve new ones. Only statuses due (?1 at or after
 // their retry_at: new ones, and parked ones whose time to be tried again
-// has come) are read, through evidence_retry, so that a round never walks
-// that backlog: retryParkedSQL sets the next try of what matched nothing.
-const applyCandidatesSQL = `SELECT e.id FROM evidence e INDEXED BY evidence_retry
-WHERE e.outcome = '' AND e.retry_at <= ?1 AND ` + matchablePred + `
+// has come) are read, the first ?3 (store.DueBatch) along evidence_retry
+// (after an upgrade, the whole backlog is due once), so
+// that a round never walks that backlog: retryParkedSQL sets the next try
+// of what matched nothing.
+const applyCandidatesSQL = `SELECT e.id FROM evidence e
+WHERE e.id IN (SELECT id FROM evidence INDEXED BY evidence_retry WHERE outcome = '' AND retry_at <= ?1
+		ORDER BY retry_at, at, id LIMIT ?3)
+	AND ` + matchablePred + `
 ORDER BY e.at, e.id LIMIT ?2`
 
 // matchablePred says a status e names a row (by provider id within its
@@ -470,8 +474,9 @@ const matchablePred = `(
 
 // attributeCandidatesSQL finds unattributed replies whose context has
 // become the provider id of one row of their identity (sent to the one
-// who wrote, when the reply names them). Only replies due (? at or after
-// their retry_at) are read, through inbound_retry; retryRepliesSQL sets
+// who wrote, when the reply names them). Only replies due (?1 at or after
+// their retry_at) are read, the first ?2 (store.DueBatch) through
+// inbound_retry; retryRepliesSQL sets
 // the next try of those still linked to nothing: replies about messages
 // some other system sent are never linked, and must not be read again on
 // every round.
@@ -479,7 +484,8 @@ const attributeCandidatesSQL = `SELECT id, mid FROM (
 	SELECT i.id, (SELECT CASE WHEN count(*) = 1 THEN min(m.id) END FROM messages m
 		WHERE m.identity = i.identity AND m.provider_id = i.context_id AND m.provider_id <> ''
 		AND (i.sender = '' OR m.recipient = i.sender)) AS mid
-	FROM inbound i INDEXED BY inbound_retry WHERE i.message_id IS NULL AND i.context_id <> '' AND i.retry_at <= ?
+	FROM inbound i WHERE i.id IN (SELECT id FROM inbound INDEXED BY inbound_retry
+		WHERE message_id IS NULL AND context_id <> '' AND retry_at <= ?1 ORDER BY retry_at, id LIMIT ?2)
 ) WHERE mid IS NOT NULL`
 
 // dueSQL says whether any status or reply is due (?1): a round with none,
@@ -496,10 +502,13 @@ const dueSQL = `SELECT EXISTS (SELECT 1 FROM evidence INDEXED BY evidence_retry 
 // (a run that stopped at its limit, or found them after its reads, left
 // them).
 var (
-	retryParkedSQL = `UPDATE evidence AS e INDEXED BY evidence_retry SET retry_at = ?1 + max(?1 - received_at, 0) / 8
-WHERE e.outcome = '' AND e.retry_at <= ?1 AND NOT ` + matchablePred
-	retryRepliesSQL = `UPDATE inbound AS i INDEXED BY inbound_retry SET retry_at = ?1 + max(?1 - stored_at, 0) / 8
-WHERE i.message_id IS NULL AND i.context_id <> '' AND i.retry_at <= ?1 AND (SELECT count(*) FROM messages m
+	retryParkedSQL = `UPDATE evidence AS e SET retry_at = ?1 + max(?1 - received_at, 0) / 8
+WHERE e.id IN (SELECT id FROM evidence INDEXED BY evidence_retry WHERE outcome = '' AND retry_at <= ?1
+		ORDER BY retry_at, at, id LIMIT ?2)
+	AND NOT ` + matchablePred
+	retryRepliesSQL = `UPDATE inbound AS i SET retry_at = ?1 + max(?1 - stored_at, 0) / 8
+WHERE i.id IN (SELECT id FROM inbound INDEXED BY inbound_retry
+		WHERE message_id IS NULL AND context_id <> '' AND retry_at <= ?1 ORDER BY retry_at, id LIMIT ?2) AND (SELECT count(*) FROM messages m
 	WHERE m.identity = i.identity AND m.provider_id = i.context_id AND m.provider_id <> ''
 	AND (i.sender = '' OR m.recipient = i.sender)) <> 1`
 )
@@ -516,11 +525,11 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 		now = s.clock()
 	}
 	res := &store.ApplyResult{Applied: []store.AppliedEvidence{}}
-	cands, err := s.queryIDs(ctx, s.r, applyCandidatesSQL, micros(now), limit)
+	cands, err := s.queryIDs(ctx, s.r, applyCandidatesSQL, micros(now), limit, store.DueBatch)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
-	links, err := s.attributeCandidates(ctx, now)
+	links, err := s.attributeCandidates(ctx, now, store.DueBatch)
 	if err != nil {
 		return nil, err
 	}
@@ -588,10 +597,10 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 	}
 	// What is still due and matches nothing (or waits for a drain's
 	// answer): its next try.
-	if _, err := ts.exec(ctx, retryParkedSQL, micros(now)); err != nil {
+	if _, err := ts.exec(ctx, retryParkedSQL, micros(now), store.DueBatch); err != nil {
 		return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
-	if _, err := ts.exec(ctx, retryRepliesSQL, micros(now)); err != nil {
+	if _, err := ts.exec(ctx, retryRepliesSQL, micros(now), store.DueBatch); err != nil {
 		return nil, fmt.Errorf("sqlite: apply evidence: attribute inbound: %w", err)
 	}
 	row, err := ts.queryRow(ctx, countParkedSQL, store.CounterParkedEvidence)
@@ -778,8 +787,8 @@ func (s *Store) queryIDs(ctx context.Context, db *sql.DB, q string, args ...any)
 
 type link struct{ id, msgID string }
 
-func (s *Store) attributeCandidates(ctx context.Context, now time.Time) ([]link, error) {
-	rs, err := s.r.QueryContext(ctx, attributeCandidatesSQL, micros(now))
+func (s *Store) attributeCandidates(ctx context.Context, now time.Time, limit int) ([]link, error) {
+	rs, err := s.r.QueryContext(ctx, attributeCandidatesSQL, micros(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: apply evidence: attribute inbound: %w", err)
 	}

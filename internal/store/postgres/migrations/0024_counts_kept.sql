@@ -373,6 +373,6 @@ CREATE INDEX challenges_expired ON challenges (deadline) WHERE outcome = 'expire
 -- parked since the store was made (statuses of messages some other
 -- system sent through the same number are parked for ever).
 ALTER TABLE evidence ADD COLUMN retry_at timestamptz NOT NULL DEFAULT '-infinity';
-CREATE INDEX evidence_retry ON evidence (retry_at) WHERE outcome = '';
+CREATE INDEX evidence_retry ON evidence (retry_at, at, id) WHERE outcome = '';
 ALTER TABLE inbound ADD COLUMN retry_at timestamptz NOT NULL DEFAULT '-infinity';
-CREATE INDEX inbound_retry ON inbound (retry_at) WHERE message_id IS NULL AND context_id <> '';
+CREATE INDEX inbound_retry ON inbound (retry_at, id) WHERE message_id IS NULL AND context_id <> '';

@@ -227,6 +227,6 @@ CREATE INDEX challenges_expired ON challenges (deadline) WHERE outcome = 'expire
 -- nothing. Each round reads only what is due, never every status parked
 -- since the store was made.
 ALTER TABLE evidence ADD COLUMN retry_at INTEGER NOT NULL DEFAULT 0;
-CREATE INDEX evidence_retry ON evidence (retry_at) WHERE outcome = '';
+CREATE INDEX evidence_retry ON evidence (retry_at, at, id) WHERE outcome = '';
 ALTER TABLE inbound ADD COLUMN retry_at INTEGER NOT NULL DEFAULT 0;
-CREATE INDEX inbound_retry ON inbound (retry_at) WHERE message_id IS NULL AND context_id <> '';
+CREATE INDEX inbound_retry ON inbound (retry_at, id) WHERE message_id IS NULL AND context_id <> '';
