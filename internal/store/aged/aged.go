@@ -43,6 +43,11 @@ type Shape struct {
 	// Endpoint, when set, has every message's sent and delivered events,
 	// delivered long ago (the endpoint row itself is the caller's).
 	Endpoint string
+	// TriedAt is when the webhook processor last tried the statuses and
+	// replies that match nothing (about messages some other system sent;
+	// one in 50 rows each): each is due again an eighth of its age after
+	// it, as after a round then (zero: never tried, all due).
+	TriedAt time.Time
 }
 
 // Span is how far back the messages go.
@@ -57,6 +62,14 @@ func (sh Shape) valid() error {
 
 // stepMicros is the time between two messages' creation.
 func (sh Shape) stepMicros() int64 { return int64(Span/time.Microsecond) / int64(sh.Messages) }
+
+// triedMicros is TriedAt in µs, 0 when zero.
+func (sh Shape) triedMicros() int64 {
+	if sh.TriedAt.IsZero() {
+		return 0
+	}
+	return sh.TriedAt.UnixMicro()
+}
 
 // startMicros is when the first message was created.
 func (sh Shape) startMicros() int64 { return sh.Now.Add(-time.Hour - Span).UnixMicro() }
@@ -76,7 +89,7 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 		return fmt.Errorf("aged: %w", err)
 	}
 	// $1 messages, $2 first creation (µs), $3 step (µs), $4 in flight,
-	// $5 identity, $6 endpoint: the first statement keeps them as columns
+	// $5 identity, $6 endpoint, $7 tried (µs): the first statement keeps them as columns
 	// of aged_src for the others, which take no parameters (PostgreSQL
 	// refuses one it cannot type). g runs from 1 (a bigint: g * 7919
 	// passes the range of an integer past 271,000 rows); k is a scrambled
@@ -88,7 +101,7 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 			CASE WHEN g <= $4::int / 2 THEN 'unknown' WHEN g <= $4::int THEN 'sending'
 				WHEN (g * 7919) % 1000 < 50 THEN 'failed' WHEN (g * 7919) % 1000 < 100 THEN 'sent'
 				WHEN (g * 7919) % 1000 < 850 THEN 'delivered' ELSE 'read' END AS state,
-			$5::text AS identity, $6::text AS endpoint
+			$5::text AS identity, $6::text AS endpoint, to_timestamp($7::bigint / 1e6) AS tried
 		FROM generate_series(1, $1::bigint) g`,
 		`INSERT INTO messages (id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
 			payload, state, reason, attempts, next_attempt_at, lease_owner, lease_until, provider_id, last_error,
@@ -138,13 +151,16 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 		SELECT '00' || lpad(g::text, 24, '0'), '00' || lpad(g::text, 24, '0'), 'whatsapp', identity, 'aged.in.' || g, '+1444' || lpad((g % 200000)::text, 7, '0'),
 			'text', 'Thanks!', 'aged.' || g, '00' || lpad(g::text, 24, '0'), created + interval '2 minutes', created + interval '2 minutes'
 		FROM aged_src WHERE g % 20 = 0 AND state IN ('delivered', 'read')`,
-		`INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text, context_id, message_id, received_at, stored_at)
+		`INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text, context_id, message_id, received_at, stored_at,
+			retry_at)
 		SELECT '01' || lpad(g::text, 24, '0'), '01' || lpad(g::text, 24, '0'), 'whatsapp', identity, 'elsewhere.in.' || g, '+1444' || lpad((g % 200000)::text, 7, '0'),
-			'text', 'Hello?', 'elsewhere.' || g, NULL, created + interval '2 minutes', created + interval '2 minutes'
+			'text', 'Hello?', 'elsewhere.' || g, NULL, created + interval '2 minutes', created + interval '2 minutes',
+			CASE WHEN tried > 'epoch' THEN tried + (tried - (created + interval '2 minutes')) / 8 ELSE '-infinity' END
 		FROM aged_src WHERE g % 50 = 25`,
-		`INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at, message_id, outcome, received_at)
+		`INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at, message_id, outcome, received_at, retry_at)
 		SELECT '01' || lpad(g::text, 24, '0'), '01' || lpad(g::text, 24, '0'), 'whatsapp', identity, 'elsewhere.' || g || ':delivered', 'elsewhere.' || g,
-			'delivered', created + interval '5 seconds', '', '', created + interval '5 seconds'
+			'delivered', created + interval '5 seconds', '', '', created + interval '5 seconds',
+			CASE WHEN tried > 'epoch' THEN tried + (tried - (created + interval '5 seconds')) / 8 ELSE '-infinity' END
 		FROM aged_src WHERE g % 50 = 30`,
 		`INSERT INTO challenges (id, tenant, key, body_hash, deadline, accept_duplicate_risk, fallback_undelivered, supersedes, outcome, by_step, why,
 			created_at, updated_at)
@@ -176,7 +192,7 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 			('delivered', interval '5 seconds', g % 100 = 50)) AS s(st, off, dead)
 		WHERE endpoint <> '' AND state IN ('delivered', 'read')`,
 	}
-	args := []any{sh.Messages, sh.startMicros(), sh.stepMicros(), sh.InFlight, sh.Identity, sh.Endpoint}
+	args := []any{sh.Messages, sh.startMicros(), sh.stepMicros(), sh.InFlight, sh.Identity, sh.Endpoint, sh.triedMicros()}
 	for _, q := range stmts {
 		// Each statement takes only the parameters it names.
 		if _, err := tx.Exec(ctx, q, argsFor(q, "$", args)...); err != nil {
@@ -246,8 +262,8 @@ func SQLite(ctx context.Context, db *sql.DB, sh Shape) error {
 	}()
 	const sec = int64(time.Second / time.Microsecond)
 	// ?1 messages, ?2 first creation (µs), ?3 step (µs), ?4 in flight,
-	// ?5 identity, ?6 endpoint, ?7 a second in µs.
-	args := []any{sh.Messages, sh.startMicros(), sh.stepMicros(), sh.InFlight, sh.Identity, sh.Endpoint, sec}
+	// ?5 identity, ?6 endpoint, ?7 a second in µs, ?8 tried (µs).
+	args := []any{sh.Messages, sh.startMicros(), sh.stepMicros(), sh.InFlight, sh.Identity, sh.Endpoint, sec, sh.triedMicros()}
 	src := `WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < ?1),
 	aged_src AS (SELECT g, (g * 7919) % 1000 AS k, ?2 + g * ?3 AS created,
 		CASE WHEN g <= ?4 / 2 THEN 'unknown' WHEN g <= ?4 THEN 'sending'
@@ -304,13 +320,16 @@ func SQLite(ctx context.Context, db *sql.DB, sh Shape) error {
 		SELECT ` + id + `, ` + id + `, 'whatsapp', ?5, 'aged.in.' || g, ` + rcpt + `,
 			'text', 'Thanks!', 'aged.' || g, ` + id + `, created + 120 * ?7, created + 120 * ?7
 		FROM temp.aged_src WHERE g % 20 = 0 AND state IN ('delivered', 'read')`,
-		`INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text, context_id, message_id, received_at, stored_at)
+		`INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text, context_id, message_id, received_at, stored_at,
+			retry_at)
 		SELECT ` + id1 + `, ` + id1 + `, 'whatsapp', ?5, 'elsewhere.in.' || g, ` + rcpt + `,
-			'text', 'Hello?', 'elsewhere.' || g, NULL, created + 120 * ?7, created + 120 * ?7
+			'text', 'Hello?', 'elsewhere.' || g, NULL, created + 120 * ?7, created + 120 * ?7,
+			CASE WHEN ?8 > 0 THEN ?8 + (?8 - (created + 120 * ?7)) / 8 ELSE 0 END
 		FROM temp.aged_src WHERE g % 50 = 25`,
-		`INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at, message_id, outcome, received_at)
+		`INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at, message_id, outcome, received_at, retry_at)
 		SELECT ` + id1 + `, ` + id1 + `, 'whatsapp', ?5, 'elsewhere.' || g || ':delivered', 'elsewhere.' || g,
-			'delivered', created + 5 * ?7, '', '', created + 5 * ?7
+			'delivered', created + 5 * ?7, '', '', created + 5 * ?7,
+			CASE WHEN ?8 > 0 THEN ?8 + (?8 - (created + 5 * ?7)) / 8 ELSE 0 END
 		FROM temp.aged_src WHERE g % 50 = 30`,
 		`INSERT INTO challenges (id, tenant, key, body_hash, deadline, accept_duplicate_risk, fallback_undelivered, supersedes, outcome, by_step, why,
 			created_at, updated_at)

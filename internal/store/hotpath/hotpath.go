@@ -46,30 +46,18 @@ const (
 // at any size. A windowed figure costs what its window holds, which grows
 // with the traffic, not with the months kept; what is measured here is
 // what lies outside every window.
+// The statuses and replies that match nothing were tried at now, as by a
+// running webhook serve's last round: a round then reads only what has
+// come since.
 func Shape(messages int, now time.Time) aged.Shape {
-	return aged.Shape{Messages: messages, Now: now.Add(-25 * time.Hour), InFlight: InFlight, Identity: Identity, Endpoint: Endpoint}
+	return aged.Shape{Messages: messages, Now: now.Add(-25 * time.Hour), InFlight: InFlight, Identity: Identity, Endpoint: Endpoint,
+		TriedAt: now}
 }
 
 // Setup registers the endpoint of the aged rows' events.
 func Setup(ctx context.Context, st store.Store) error {
 	return st.EndpointAdd(ctx, &store.Endpoint{ID: Endpoint, Tenant: store.DefaultTenant,
 		URL: "https://app.example/hooks", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
-}
-
-// Settle runs the webhook processor's apply, as a running webhook serve
-// has just before the operations: the aged statuses and replies that
-// match nothing (another system's sends on the number: one in 50 rows
-// each) get the time of their next try, as after every round (a round
-// takes up to its limit of what is due), and a round then reads only
-// what has come since.
-func Settle(ctx context.Context, st store.Store, messages int) error {
-	const limit = 1000
-	for range messages/50/limit + 1 {
-		if _, err := st.EvidenceApply(ctx, &store.ApplyParams{Limit: limit}); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // Op is one operation.

@@ -558,19 +558,27 @@ func scanEvidence(row pgx.Row, extra ...any) (*store.StatusEvidence, error) {
 // shared number) must not starve new ones. Only statuses due ($1 at or
 // after their retry_at: new ones, and parked ones whose time to be tried
 // again has come) are read, the first $4 (store.DueBatch) along
-// evidence_retry (ORDER BY and LIMIT keep that walk whatever the
-// estimates say: statistics taken before a round set the backlog's
-// retry_at would have every status due), so that a round never walks
-// that backlog: retryParkedSQL sets the next try of what matched nothing.
+// evidence_retry, so that a round never walks that backlog:
+// retryParkedSQL sets the next try of what matched nothing.
 // $3 are statuses this run already left pending (its own locks
 // do not make SKIP LOCKED pass them over).
 var applyCandidatesSQL = `SELECT ` + qualified("e", evidenceCols) + `
 FROM evidence e
-WHERE e.id = ANY(ARRAY(SELECT d.id FROM evidence d WHERE d.outcome = '' AND d.retry_at <= $1 ORDER BY d.retry_at, d.at, d.id LIMIT $4))
+WHERE e.id = ANY(ARRAY(SELECT d.id FROM evidence d WHERE d.outcome = '' AND ` + retryDue("d", "$1") + `
+		ORDER BY coalesce(d.retry_at, '-infinity'::timestamptz), d.at, d.id LIMIT $4))
 	AND e.outcome = '' AND e.id <> ALL($3::text[]) AND ` + matchablePred + `
 ORDER BY e.at, e.id
 LIMIT $2
 FOR UPDATE OF e SKIP LOCKED`
+
+// retryDue says a parked status or unattributed reply (alias a) is due
+// at t, in the terms of the evidence_retry and inbound_retry indexes: an
+// expression whose statistics are those of their rows alone (0024), so
+// that the planner reads the due ones from the index, never every parked
+// row.
+func retryDue(a, t string) string {
+	return "coalesce(" + a + ".retry_at, '-infinity'::timestamptz) <= " + t
+}
 
 // matchablePred says a status e names a row (by provider id within its
 // identity, or by callback reference) that no drain holds a live lease
@@ -598,11 +606,12 @@ SELECT v.ord, m.id, true FROM unnest($3::text[]) WITH ORDINALITY AS v(ref, ord) 
 // for ever. Statuses another run holds are left to it, and those that
 // match stay due (a run that stopped at its limit left them). The due
 // ones are read first, without locking them: a walk of evidence_retry
-// alone, where FOR UPDATE would have the planner read every pending
-// status and sort them when its statistics say all are due.
-const retryParkedSQL = `UPDATE evidence e SET retry_at = $1 + greatest($1 - e.received_at, interval '0') / 8
-WHERE e.id = ANY(ARRAY(SELECT id FROM evidence WHERE id = ANY(ARRAY(SELECT id FROM evidence
-		WHERE outcome = '' AND retry_at <= $1 ORDER BY retry_at, at, id LIMIT $2)) FOR UPDATE SKIP LOCKED))
+// alone, where FOR UPDATE would have the planner weigh reading every
+// pending status and sorting them.
+var retryParkedSQL = `UPDATE evidence e SET retry_at = $1 + greatest($1 - e.received_at, interval '0') / 8
+WHERE e.id = ANY(ARRAY(SELECT id FROM evidence WHERE id = ANY(ARRAY(SELECT d.id FROM evidence d
+		WHERE d.outcome = '' AND ` + retryDue("d", "$1") + ` ORDER BY coalesce(d.retry_at, '-infinity'::timestamptz), d.at, d.id LIMIT $2))
+		FOR UPDATE SKIP LOCKED))
 	AND NOT ` + matchablePred
 
 // retryNowSQL makes the pending statuses of provider ids ($1 identities,
@@ -694,16 +703,17 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 // sets the next try of those still linked to nothing, as retryParkedSQL
 // does for statuses: replies about messages some other system sent are
 // never linked, and must not be read again on every round.
-const attributeCandidatesSQL = `SELECT id, mid FROM (
+var attributeCandidatesSQL = `SELECT id, mid FROM (
 	SELECT u.id, (SELECT CASE WHEN count(*) = 1 THEN min(m.id) END FROM messages m WHERE m.identity = u.identity
 		AND m.provider_id = u.context_id AND m.provider_id <> '' AND (u.sender = '' OR m.recipient = u.sender)) AS mid
-	FROM inbound u WHERE u.id = ANY(ARRAY(SELECT id FROM inbound WHERE message_id IS NULL AND context_id <> '' AND retry_at <= $1
-		ORDER BY retry_at, id LIMIT $2))) l
+	FROM inbound u WHERE u.id = ANY(ARRAY(SELECT d.id FROM inbound d WHERE d.message_id IS NULL AND d.context_id <> ''
+		AND ` + retryDue("d", "$1") + ` ORDER BY coalesce(d.retry_at, '-infinity'::timestamptz), d.id LIMIT $2))) l
 WHERE mid IS NOT NULL`
 
-const retryRepliesSQL = `UPDATE inbound u SET retry_at = $1 + greatest($1 - u.stored_at, interval '0') / 8
-WHERE u.id = ANY(ARRAY(SELECT id FROM inbound WHERE id = ANY(ARRAY(SELECT id FROM inbound
-		WHERE message_id IS NULL AND context_id <> '' AND retry_at <= $1 ORDER BY retry_at, id LIMIT $2)) FOR UPDATE SKIP LOCKED))
+var retryRepliesSQL = `UPDATE inbound u SET retry_at = $1 + greatest($1 - u.stored_at, interval '0') / 8
+WHERE u.id = ANY(ARRAY(SELECT id FROM inbound WHERE id = ANY(ARRAY(SELECT d.id FROM inbound d
+		WHERE d.message_id IS NULL AND d.context_id <> '' AND ` + retryDue("d", "$1") + `
+		ORDER BY coalesce(d.retry_at, '-infinity'::timestamptz), d.id LIMIT $2)) FOR UPDATE SKIP LOCKED))
 	AND u.message_id IS NULL AND (SELECT count(*) FROM messages m WHERE m.identity = u.identity
 		AND m.provider_id = u.context_id AND m.provider_id <> '' AND (u.sender = '' OR m.recipient = u.sender)) <> 1`
 

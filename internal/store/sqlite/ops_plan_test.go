@@ -421,9 +421,6 @@ func TestHotPathsReachRowsThroughIndexes(t *testing.T) {
 	if err := hotpath.Setup(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := hotpath.Settle(ctx, s, finished); err != nil {
-		t.Fatal(err)
-	}
 	tr, db := traceStore(t, s, path)
 	partial := partialIndexes(t, db)
 	for _, op := range hotpath.Ops(finished) {

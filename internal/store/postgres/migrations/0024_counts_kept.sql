@@ -372,7 +372,22 @@ CREATE INDEX challenges_expired ON challenges (deadline) WHERE outcome = 'expire
 -- known; and each round reads only what is due, never every status
 -- parked since the store was made (statuses of messages some other
 -- system sent through the same number are parked for ever).
+--
+-- The indexes are on an expression, coalesce(retry_at, '-infinity') (the
+-- column itself: it is never null), so that ANALYZE keeps statistics of
+-- the rows they hold alone (those of a partial index's expressions come
+-- from its own rows): the column's statistics are those of every status
+-- ever applied and every reply ever linked, whose retry_at no longer
+-- means anything, and would have the planner believe most parked rows
+-- due and read them all.
 ALTER TABLE evidence ADD COLUMN retry_at timestamptz NOT NULL DEFAULT '-infinity';
-CREATE INDEX evidence_retry ON evidence (retry_at, at, id) WHERE outcome = '';
+CREATE INDEX evidence_retry ON evidence ((coalesce(retry_at, '-infinity'::timestamptz)), at, id) WHERE outcome = '';
 ALTER TABLE inbound ADD COLUMN retry_at timestamptz NOT NULL DEFAULT '-infinity';
-CREATE INDEX inbound_retry ON inbound (retry_at, id) WHERE message_id IS NULL AND context_id <> '';
+CREATE INDEX inbound_retry ON inbound ((coalesce(retry_at, '-infinity'::timestamptz)), id) WHERE message_id IS NULL AND context_id <> '';
+
+-- What is parked at the upgrade was tried now: due again an eighth of its
+-- age from now, so that the first rounds after it read what comes, not
+-- the whole backlog at once.
+UPDATE evidence SET retry_at = clock_timestamp() + greatest(clock_timestamp() - received_at, interval '0') / 8 WHERE outcome = '';
+UPDATE inbound SET retry_at = clock_timestamp() + greatest(clock_timestamp() - stored_at, interval '0') / 8
+WHERE message_id IS NULL AND context_id <> '';

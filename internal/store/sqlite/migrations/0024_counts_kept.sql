@@ -230,3 +230,13 @@ ALTER TABLE evidence ADD COLUMN retry_at INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX evidence_retry ON evidence (retry_at, at, id) WHERE outcome = '';
 ALTER TABLE inbound ADD COLUMN retry_at INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX inbound_retry ON inbound (retry_at, id) WHERE message_id IS NULL AND context_id <> '';
+
+-- What is parked at the upgrade was tried now: due again an eighth of its
+-- age from now, so that the first rounds after it read what comes, not
+-- the whole backlog at once.
+UPDATE evidence SET retry_at = CAST(strftime('%s', 'now') AS INTEGER) * 1000000
+    + max(CAST(strftime('%s', 'now') AS INTEGER) * 1000000 - received_at, 0) / 8
+WHERE outcome = '';
+UPDATE inbound SET retry_at = CAST(strftime('%s', 'now') AS INTEGER) * 1000000
+    + max(CAST(strftime('%s', 'now') AS INTEGER) * 1000000 - stored_at, 0) / 8
+WHERE message_id IS NULL AND context_id <> '';
