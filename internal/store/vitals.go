@@ -138,3 +138,29 @@ type SentProgress struct {
 // MinuteBucket is the start of t's minute in Unix seconds: the key of the
 // per-minute counts.
 func MinuteBucket(t time.Time) int64 { return t.Unix() / 60 * 60 }
+
+// The running counts the stores keep in counters, by name, in the
+// transaction of each change (their 0024 migrations): every figure of
+// Stats that counts a class of rows that only grows (resends, challenges
+// by outcome) or that is never emptied (parked statuses) reads one of
+// these instead of the rows, so that it costs the same on a queue of any
+// age.
+const (
+	CounterResends = "resends"
+	// CounterMaybeSent is the prefix of the rows flagged maybe_sent, by
+	// state ("maybe_sent:unknown").
+	CounterMaybeSent = "maybe_sent:"
+	// CounterChallenges is the prefix of the challenges that ended, by
+	// outcome and the step that decided it ("challenges:completed:1").
+	CounterChallenges           = "challenges:"
+	CounterSupersedingSends     = "superseding_sends"
+	CounterFallbacksFired       = "fallbacks_fired"
+	CounterDeadEvents           = "dead_events"
+	CounterParkedEvidence       = "parked_evidence"
+	CounterUnattributedInbound  = "unattributed_inbound"
+	CounterSuspectEvidence      = "suspect_evidence"
+	CounterProviderIDCollisions = "provider_id_collisions"
+	CounterUnreadableWebhooks   = "unreadable_webhooks"
+	CounterNotices              = "notices"
+	CounterUnknownNotices       = "unknown_notices"
+)

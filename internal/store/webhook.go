@@ -381,6 +381,13 @@ type IngestResult struct {
 	TemplateHeld, TemplateReleased int
 }
 
+// DueBatch bounds the statuses, and the replies linked to no message, that
+// one EvidenceApply examines among those due (new, or parked and due to be
+// tried again: their retry_at): a round reads at most this many whatever
+// the backlog. After an upgrade to schema 24 the whole backlog is due
+// once, and rounds work through it this many at a time.
+const DueBatch = 10000
+
 // ApplyParams bounds EvidenceApply.
 type ApplyParams struct {
 	Limit int       // at most this many statuses; 0: 1000

@@ -1,7 +1,11 @@
 // Package aged fills a fresh store with the rows a queue keeps after
 // months of work: finished messages with their history, attempts,
 // delivery evidence, webhook bodies, status events, challenges, pacing and
-// daily-recipient slots, opt-outs and replies. Keys are kept for ever, so a
+// daily-recipient slots, opt-outs and replies; and the classes of rows
+// that only ever grow: resends, rows flagged maybe_sent, challenges of
+// every outcome (superseding ones, fallbacks released), events whose
+// endpoint gave up, and replies and statuses about messages sent by
+// something else (never attributed, parked for ever). Keys are kept for ever, so a
 // production store holds far more finished rows than live ones; scale tests
 // and benchmarks put the live work beside them (internal/drain's
 // scale_test.go, bench/run's aged workloads).
@@ -41,6 +45,11 @@ type Shape struct {
 	// Endpoint, when set, has every message's sent and delivered events,
 	// delivered long ago (the endpoint row itself is the caller's).
 	Endpoint string
+	// TriedAt is when the webhook processor last tried the statuses and
+	// replies that match nothing (about messages some other system sent;
+	// one in 50 rows each): each is due again an eighth of its age after
+	// it, as after a round then (zero: never tried, all due).
+	TriedAt time.Time
 }
 
 // Span is how far back the messages go.
@@ -55,6 +64,14 @@ func (sh Shape) valid() error {
 
 // stepMicros is the time between two messages' creation.
 func (sh Shape) stepMicros() int64 { return int64(Span/time.Microsecond) / int64(sh.Messages) }
+
+// triedMicros is TriedAt in µs, 0 when zero.
+func (sh Shape) triedMicros() int64 {
+	if sh.TriedAt.IsZero() {
+		return 0
+	}
+	return sh.TriedAt.UnixMicro()
+}
 
 // startMicros is when the first message was created.
 func (sh Shape) startMicros() int64 { return sh.Now.Add(-time.Hour - Span).UnixMicro() }
@@ -74,9 +91,10 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 		return fmt.Errorf("aged: %w", err)
 	}
 	// $1 messages, $2 first creation (µs), $3 step (µs), $4 in flight,
-	// $5 identity, $6 endpoint: the first statement keeps them as columns
+	// $5 identity, $6 endpoint, $7 tried (µs): the first statement keeps them as columns
 	// of aged_src for the others, which take no parameters (PostgreSQL
-	// refuses one it cannot type). g runs from 1; k is a scrambled
+	// refuses one it cannot type). g runs from 1 (a bigint: g * 7919
+	// passes the range of an integer past 271,000 rows); k is a scrambled
 	// per-mille that decides a message's fate.
 	stmts := []string{
 		`CREATE TEMP TABLE aged_src ON COMMIT DROP AS
@@ -85,11 +103,11 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 			CASE WHEN g <= $4::int / 2 THEN 'unknown' WHEN g <= $4::int THEN 'sending'
 				WHEN (g * 7919) % 1000 < 50 THEN 'failed' WHEN (g * 7919) % 1000 < 100 THEN 'sent'
 				WHEN (g * 7919) % 1000 < 850 THEN 'delivered' ELSE 'read' END AS state,
-			$5::text AS identity, $6::text AS endpoint
-		FROM generate_series(1, $1::int) g`,
+			$5::text AS identity, $6::text AS endpoint, to_timestamp($7::bigint / 1e6) AS tried
+		FROM generate_series(1, $1::bigint) g`,
 		`INSERT INTO messages (id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
 			payload, state, reason, attempts, next_attempt_at, lease_owner, lease_until, provider_id, last_error,
-			created_at, updated_at)
+			created_at, updated_at, resend_of, maybe_sent)
 		SELECT '00' || lpad(g::text, 24, '0'), 'default', 'aged-' || g, md5(g::text), '+1444' || lpad((g % 200000)::text, 7, '0'),
 			'whatsapp', identity, 'order', 'ref-' || g, CASE WHEN k % 10 = 0 THEN 'reply' ELSE 'bulk' END,
 			'{"template":"order_update","lang":"en","params":["Ada","' || g || '"]}',
@@ -98,7 +116,8 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 			CASE state WHEN 'sending' THEN created + interval '5 minutes' END,
 			CASE WHEN state IN ('sent', 'delivered', 'read') THEN 'aged.' || g ELSE '' END,
 			CASE state WHEN 'failed' THEN '{"error":{"message":"(#131026) Message undeliverable","code":131026}}' ELSE '' END,
-			created, created + interval '1 minute'
+			created, created + interval '1 minute',
+			CASE WHEN g % 100 = 3 THEN '00' || lpad((g - 1)::text, 24, '0') ELSE '' END, g % 200 = 5
 		FROM aged_src`,
 		`INSERT INTO history (message_id, seq, from_state, to_state, reason, event, applied, source, detail, at)
 		SELECT '00' || lpad(g::text, 24, '0'), 1, '', 'queued', '', 'enqueue', true, 'send', '', created FROM aged_src
@@ -134,13 +153,32 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 		SELECT '00' || lpad(g::text, 24, '0'), '00' || lpad(g::text, 24, '0'), 'whatsapp', identity, 'aged.in.' || g, '+1444' || lpad((g % 200000)::text, 7, '0'),
 			'text', 'Thanks!', 'aged.' || g, '00' || lpad(g::text, 24, '0'), created + interval '2 minutes', created + interval '2 minutes'
 		FROM aged_src WHERE g % 20 = 0 AND state IN ('delivered', 'read')`,
-		`INSERT INTO challenges (id, tenant, key, body_hash, deadline, accept_duplicate_risk, fallback_undelivered, outcome, by_step, why, created_at, updated_at)
+		`INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text, context_id, message_id, received_at, stored_at,
+			retry_at)
+		SELECT '01' || lpad(g::text, 24, '0'), '01' || lpad(g::text, 24, '0'), 'whatsapp', identity, 'elsewhere.in.' || g, '+1444' || lpad((g % 200000)::text, 7, '0'),
+			'text', 'Hello?', 'elsewhere.' || g, NULL, created + interval '2 minutes', created + interval '2 minutes',
+			CASE WHEN tried > 'epoch' THEN tried + (tried - (created + interval '2 minutes')) / 8 ELSE '-infinity' END
+		FROM aged_src WHERE g % 50 = 25`,
+		`INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at, message_id, outcome, received_at, retry_at)
+		SELECT '01' || lpad(g::text, 24, '0'), '01' || lpad(g::text, 24, '0'), 'whatsapp', identity, 'elsewhere.' || g || ':delivered', 'elsewhere.' || g,
+			'delivered', created + interval '5 seconds', '', '', created + interval '5 seconds',
+			CASE WHEN tried > 'epoch' THEN tried + (tried - (created + interval '5 seconds')) / 8 ELSE '-infinity' END
+		FROM aged_src WHERE g % 50 = 30`,
+		`INSERT INTO challenges (id, tenant, key, body_hash, deadline, accept_duplicate_risk, fallback_undelivered, supersedes, outcome, by_step, why,
+			created_at, updated_at)
 		SELECT 'ch_aged_' || g, 'default', 'aged-challenge-' || g, md5(g::text), created + interval '10 minutes', false, false,
-			'completed', 1, 'step 1 sent', created, created + interval '2 seconds'
+			CASE WHEN g / 20 % 10 = 5 THEN 'ch_aged_' || (g - 20) ELSE '' END,
+			(ARRAY['completed', 'completed', 'expired', 'failed'])[(g / 20 % 4)::int + 1], (ARRAY[1, 2, 0, 0])[(g / 20 % 4)::int + 1],
+			(ARRAY['step 1 sent', 'step 2 sent', 'deadline passed', 'every step failed'])[(g / 20 % 4)::int + 1],
+			created, created + interval '2 seconds'
 		FROM aged_src WHERE g % 20 = 10 AND state IN ('sent', 'delivered', 'read')`,
 		`INSERT INTO challenge_steps (challenge_id, step, message_id, release_at, released, seen_state)
 		SELECT 'ch_aged_' || g, 1, '00' || lpad(g::text, 24, '0'), created, true, state
-		FROM aged_src WHERE g % 20 = 10 AND state IN ('sent', 'delivered', 'read')`,
+		FROM aged_src WHERE g % 20 = 10 AND state IN ('sent', 'delivered', 'read')
+		UNION ALL
+		SELECT 'ch_aged_' || s.g, 2, '00' || lpad((s.g + 1)::text, 24, '0'), s.created + interval '1 minute', true, n.state
+		FROM aged_src s JOIN aged_src n ON n.g = s.g + 1
+		WHERE s.g % 20 = 10 AND s.state IN ('sent', 'delivered', 'read') AND s.g / 20 % 4 IN (1, 2)`,
 		`INSERT INTO recipient_pace (identity, recipient, next_at)
 		SELECT identity, '+1444' || lpad((g % 200000)::text, 7, '0'), max(created) FROM aged_src GROUP BY 1, 2`,
 		`INSERT INTO daily_recipients (identity, recipient, last_at)
@@ -150,13 +188,15 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 		`INSERT INTO opt_outs (identity, recipient, opted_out, source, changed_at, recorded_at)
 		SELECT identity, '+1444' || lpad((g % 200000)::text, 7, '0'), true, 'inbound STOP', max(created), max(created)
 		FROM aged_src WHERE g % 100 = 7 GROUP BY 1, 2`,
-		`INSERT INTO events (endpoint_id, tenant, subject, message_id, type, payload, created_at, next_at, attempts, delivered_at)
+		`INSERT INTO events (endpoint_id, tenant, subject, message_id, type, payload, created_at, next_at, attempts, delivered_at, dead_at)
 		SELECT endpoint, 'default', '00' || lpad(g::text, 24, '0'), '00' || lpad(g::text, 24, '0'), 'message.' || s.st, '{}',
-			created + s.off, created + s.off, 1, created + s.off + interval '1 second'
-		FROM aged_src, (VALUES ('sent', interval '2 seconds'), ('delivered', interval '5 seconds')) AS s(st, off)
+			created + s.off, created + s.off, 1, CASE WHEN NOT s.dead THEN created + s.off + interval '1 second' END,
+			CASE WHEN s.dead THEN created + s.off + interval '3 days' END
+		FROM aged_src, LATERAL (VALUES ('sent', interval '2 seconds', false),
+			('delivered', interval '5 seconds', g % 100 = 50)) AS s(st, off, dead)
 		WHERE endpoint <> '' AND state IN ('delivered', 'read')`,
 	}
-	args := []any{sh.Messages, sh.startMicros(), sh.stepMicros(), sh.InFlight, sh.Identity, sh.Endpoint}
+	args := []any{sh.Messages, sh.startMicros(), sh.stepMicros(), sh.InFlight, sh.Identity, sh.Endpoint, sh.triedMicros()}
 	for _, q := range stmts {
 		// Each statement takes only the parameters it names.
 		if _, err := tx.Exec(ctx, q, argsFor(q, "$", args)...); err != nil {
@@ -226,20 +266,21 @@ func SQLite(ctx context.Context, db *sql.DB, sh Shape) error {
 	}()
 	const sec = int64(time.Second / time.Microsecond)
 	// ?1 messages, ?2 first creation (µs), ?3 step (µs), ?4 in flight,
-	// ?5 identity, ?6 endpoint, ?7 a second in µs.
-	args := []any{sh.Messages, sh.startMicros(), sh.stepMicros(), sh.InFlight, sh.Identity, sh.Endpoint, sec}
+	// ?5 identity, ?6 endpoint, ?7 a second in µs, ?8 tried (µs).
+	args := []any{sh.Messages, sh.startMicros(), sh.stepMicros(), sh.InFlight, sh.Identity, sh.Endpoint, sec, sh.triedMicros()}
 	src := `WITH RECURSIVE seq(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < ?1),
 	aged_src AS (SELECT g, (g * 7919) % 1000 AS k, ?2 + g * ?3 AS created,
 		CASE WHEN g <= ?4 / 2 THEN 'unknown' WHEN g <= ?4 THEN 'sending'
 			WHEN (g * 7919) % 1000 < 50 THEN 'failed' WHEN (g * 7919) % 1000 < 100 THEN 'sent'
 			WHEN (g * 7919) % 1000 < 850 THEN 'delivered' ELSE 'read' END AS state FROM seq)`
 	id := `'00' || printf('%024d', g)`
+	id1 := `'01' || printf('%024d', g)` // rows about no message of the queue
 	rcpt := `'+1444' || printf('%07d', g % 200000)`
 	stmts := []string{
 		`CREATE TEMP TABLE aged_src AS ` + src + ` SELECT g, k, created, state FROM aged_src`,
 		`INSERT INTO messages (id, tenant, key, body_hash, recipient, channel, identity, purpose, trigger_ref, lane,
 			payload, state, reason, attempts, next_attempt_at, lease_owner, lease_until, provider_id, last_error,
-			created_at, updated_at, maybe_sent)
+			created_at, updated_at, maybe_sent, resend_of)
 		SELECT ` + id + `, 'default', 'aged-' || g, printf('%032x', g), ` + rcpt + `,
 			'whatsapp', ?5, 'order', 'ref-' || g, CASE WHEN k % 10 = 0 THEN 'reply' ELSE 'bulk' END,
 			'{"template":"order_update","lang":"en","params":["Ada","' || g || '"]}',
@@ -248,7 +289,7 @@ func SQLite(ctx context.Context, db *sql.DB, sh Shape) error {
 			CASE state WHEN 'sending' THEN created + 300 * ?7 END,
 			CASE WHEN state IN ('sent', 'delivered', 'read') THEN 'aged.' || g ELSE '' END,
 			CASE state WHEN 'failed' THEN '{"error":{"message":"(#131026) Message undeliverable","code":131026}}' ELSE '' END,
-			created, created + 60 * ?7, 0
+			created, created + 60 * ?7, g % 200 = 5, CASE WHEN g % 100 = 3 THEN '00' || printf('%024d', g - 1) ELSE '' END
 		FROM temp.aged_src`,
 		`INSERT INTO history (message_id, seq, from_state, to_state, reason, event, applied, source, detail, at)
 		SELECT ` + id + `, 1, '', 'queued', '', 'enqueue', 1, 'send', '', created FROM temp.aged_src
@@ -283,13 +324,33 @@ func SQLite(ctx context.Context, db *sql.DB, sh Shape) error {
 		SELECT ` + id + `, ` + id + `, 'whatsapp', ?5, 'aged.in.' || g, ` + rcpt + `,
 			'text', 'Thanks!', 'aged.' || g, ` + id + `, created + 120 * ?7, created + 120 * ?7
 		FROM temp.aged_src WHERE g % 20 = 0 AND state IN ('delivered', 'read')`,
-		`INSERT INTO challenges (id, tenant, key, body_hash, deadline, accept_duplicate_risk, fallback_undelivered, outcome, by_step, why, created_at, updated_at)
+		`INSERT INTO inbound (id, event_id, provider, identity, provider_message_id, sender, type, text, context_id, message_id, received_at, stored_at,
+			retry_at)
+		SELECT ` + id1 + `, ` + id1 + `, 'whatsapp', ?5, 'elsewhere.in.' || g, ` + rcpt + `,
+			'text', 'Hello?', 'elsewhere.' || g, NULL, created + 120 * ?7, created + 120 * ?7,
+			CASE WHEN ?8 > 0 THEN ?8 + (?8 - (created + 120 * ?7)) / 8 ELSE 0 END
+		FROM temp.aged_src WHERE g % 50 = 25`,
+		`INSERT INTO evidence (id, event_id, provider, identity, dedupe_key, provider_id, status, at, message_id, outcome, received_at, retry_at)
+		SELECT ` + id1 + `, ` + id1 + `, 'whatsapp', ?5, 'elsewhere.' || g || ':delivered', 'elsewhere.' || g,
+			'delivered', created + 5 * ?7, '', '', created + 5 * ?7,
+			CASE WHEN ?8 > 0 THEN ?8 + (?8 - (created + 5 * ?7)) / 8 ELSE 0 END
+		FROM temp.aged_src WHERE g % 50 = 30`,
+		`INSERT INTO challenges (id, tenant, key, body_hash, deadline, accept_duplicate_risk, fallback_undelivered, supersedes, outcome, by_step, why,
+			created_at, updated_at)
 		SELECT 'ch_aged_' || g, 'default', 'aged-challenge-' || g, printf('%032x', g), created + 600 * ?7, 0, 0,
-			'completed', 1, 'step 1 sent', created, created + 2 * ?7
+			CASE WHEN g / 20 % 10 = 5 THEN 'ch_aged_' || (g - 20) ELSE '' END,
+			CASE g / 20 % 4 WHEN 0 THEN 'completed' WHEN 1 THEN 'completed' WHEN 2 THEN 'expired' ELSE 'failed' END,
+			CASE g / 20 % 4 WHEN 0 THEN 1 WHEN 1 THEN 2 ELSE 0 END,
+			CASE g / 20 % 4 WHEN 0 THEN 'step 1 sent' WHEN 1 THEN 'step 2 sent' WHEN 2 THEN 'deadline passed' ELSE 'every step failed' END,
+			created, created + 2 * ?7
 		FROM temp.aged_src WHERE g % 20 = 10 AND state IN ('sent', 'delivered', 'read')`,
 		`INSERT INTO challenge_steps (challenge_id, step, message_id, release_at, released, seen_state)
 		SELECT 'ch_aged_' || g, 1, ` + id + `, created, 1, state
-		FROM temp.aged_src WHERE g % 20 = 10 AND state IN ('sent', 'delivered', 'read')`,
+		FROM temp.aged_src WHERE g % 20 = 10 AND state IN ('sent', 'delivered', 'read')
+		UNION ALL
+		SELECT 'ch_aged_' || s.g, 2, '00' || printf('%024d', s.g + 1), s.created + 60 * ?7, 1, n.state
+		FROM temp.aged_src s JOIN temp.aged_src n ON n.g = s.g + 1
+		WHERE s.g % 20 = 10 AND s.state IN ('sent', 'delivered', 'read') AND s.g / 20 % 4 IN (1, 2)`,
 		`INSERT INTO recipient_pace (identity, recipient, next_at)
 		SELECT ?5, ` + rcpt + `, max(created) FROM temp.aged_src GROUP BY 2`,
 		`INSERT INTO daily_recipients (identity, recipient, last_at)
@@ -298,8 +359,10 @@ func SQLite(ctx context.Context, db *sql.DB, sh Shape) error {
 		`INSERT INTO opt_outs (identity, recipient, opted_out, source, changed_at, recorded_at)
 		SELECT ?5, ` + rcpt + `, 1, 'inbound STOP', max(created), max(created)
 		FROM temp.aged_src WHERE g % 100 = 7 GROUP BY 2`,
-		`INSERT INTO events (endpoint_id, tenant, subject, message_id, type, payload, created_at, next_at, attempts, delivered_at)
-		SELECT ?6, 'default', ` + id + `, ` + id + `, 'message.' || s.st, '{}', created + s.off * ?7, created + s.off * ?7, 1, created + (s.off + 1) * ?7
+		`INSERT INTO events (endpoint_id, tenant, subject, message_id, type, payload, created_at, next_at, attempts, delivered_at, dead_at)
+		SELECT ?6, 'default', ` + id + `, ` + id + `, 'message.' || s.st, '{}', created + s.off * ?7, created + s.off * ?7, 1,
+			CASE WHEN s.st = 'sent' OR g % 100 <> 50 THEN created + (s.off + 1) * ?7 END,
+			CASE WHEN s.st = 'delivered' AND g % 100 = 50 THEN created + (s.off + 3 * 86400) * ?7 END
 		FROM temp.aged_src, (SELECT 'sent' AS st, 2 AS off UNION ALL SELECT 'delivered', 5) AS s
 		WHERE ?6 <> '' AND state IN ('delivered', 'read')`,
 		`DROP TABLE temp.aged_src`,

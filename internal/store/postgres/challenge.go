@@ -300,20 +300,21 @@ func b2i(b bool) int {
 // challengeVitals reads store.ChallengeVitals in Stats' read transaction
 // (the recent figures from since).
 func challengeVitals(ctx context.Context, tx pgx.Tx, now, since time.Time, v *store.ChallengeVitals) error {
-	v.CompletedByStep = map[string]int{}
-	rs, err := tx.Query(ctx, "SELECT outcome, by_step, blocked_step > 0, count(*)::int FROM challenges GROUP BY 1, 2, 3")
+	// Open challenges from their partial index; those that ended, the
+	// superseding sends and the fallbacks fired are running counts
+	// (rules.SetCounters), for ended challenges only ever grow.
+	rs, err := tx.Query(ctx, "SELECT blocked_step > 0, count(*)::int FROM challenges WHERE outcome = 'open' GROUP BY 1")
 	if err != nil {
 		return fmt.Errorf("postgres: stats: challenges: %w", err)
 	}
 	for rs.Next() {
-		var outcome string
-		var by, n int
+		var n int
 		var blocked bool
-		if err := rs.Scan(&outcome, &by, &blocked, &n); err != nil {
+		if err := rs.Scan(&blocked, &n); err != nil {
 			rs.Close()
 			return fmt.Errorf("postgres: stats: challenges: %w", err)
 		}
-		v.Add(outcome, by, blocked, n)
+		v.Add("open", 0, blocked, n)
 	}
 	rs.Close()
 	if err := rs.Err(); err != nil {
@@ -324,10 +325,11 @@ func challengeVitals(ctx context.Context, tx pgx.Tx, now, since time.Time, v *st
 		args []any
 		dst  *int
 	}{
-		{"SELECT count(*)::int FROM challenges WHERE supersedes <> ''", nil, &v.SupersedingSends},
-		{"SELECT count(*)::int FROM challenge_steps WHERE step > 1 AND released", nil, &v.FallbacksFired},
-		{"SELECT count(*)::int FROM challenge_steps cs JOIN messages m ON m.id = cs.message_id WHERE m.state = 'unknown' " +
-			"AND m.expires_at IS NOT NULL AND m.expires_at <= $1", []any{now}, &v.UnknownPastDeadline},
+		// Unknown rows (messages_in_flight) that are challenge steps.
+		{"SELECT count(*)::int FROM messages m WHERE m.state IN ('sending', 'unknown') AND m.state = 'unknown' " +
+			"AND m.expires_at IS NOT NULL AND m.expires_at <= $1 AND EXISTS (SELECT 1 FROM challenge_steps cs WHERE cs.message_id = m.id)",
+			[]any{now}, &v.UnknownPastDeadline},
+		// challenges_expired.
 		{"SELECT count(*)::int FROM challenges WHERE outcome = 'expired' AND deadline >= $1 AND deadline <= $2",
 			[]any{since, now}, &v.RecentExpired},
 	} {
@@ -339,11 +341,15 @@ func challengeVitals(ctx context.Context, tx pgx.Tx, now, since time.Time, v *st
 	// delivered evidence within the window (history_delivered, then the
 	// unique message_id of challenge_steps), each measured to its first
 	// delivered evidence of any step, which must itself be in the window.
+	// The challenges are found from the window's deliveries, each step by
+	// its message id (LATERAL, then ARRAY: one plan whatever the
+	// estimates, never a join against every challenge step).
 	rs, err = tx.Query(ctx, "SELECT (extract(epoch FROM first - created_at) * 1000000)::bigint FROM (SELECT c.created_at, "+
 		"(SELECT min(h.at) FROM challenge_steps s JOIN history h ON h.message_id = s.message_id "+
 		"WHERE s.challenge_id = c.id AND h.to_state = 'delivered' AND h.applied) AS first FROM challenges c "+
-		"WHERE c.id IN (SELECT cs.challenge_id FROM history h JOIN challenge_steps cs ON cs.message_id = h.message_id "+
-		"WHERE h.to_state = 'delivered' AND h.applied AND h.at >= $1)) f WHERE first >= $1 ORDER BY first DESC LIMIT $2",
+		"WHERE c.id = ANY(ARRAY(SELECT cs.challenge_id FROM history h "+
+		"CROSS JOIN LATERAL (SELECT s.challenge_id FROM challenge_steps s WHERE s.message_id = h.message_id OFFSET 0) cs "+
+		"WHERE h.to_state = 'delivered' AND h.applied AND h.at >= $1))) f WHERE first >= $1 ORDER BY first DESC LIMIT $2",
 		since, store.LatencySample)
 	if err != nil {
 		return fmt.Errorf("postgres: stats: challenges: %w", err)

@@ -218,14 +218,16 @@ func (s *Store) EventList(ctx context.Context, endpointID string, limit int) ([]
 	return out, rs.Err()
 }
 
-// EventBacklog counts undelivered events.
+// EventBacklog counts undelivered events: the pending ones from events_due
+// (the outbox's backlog), the dead ones from their running count (0024:
+// kept until purged or retried, they only grow between purges).
 func (s *Store) EventBacklog(ctx context.Context) (*store.EventBacklog, error) {
 	var b store.EventBacklog
 	var oldest pgtype.Timestamptz
 	err := s.pool.QueryRow(ctx, `SELECT
     (SELECT count(*)::int FROM events WHERE delivered_at IS NULL AND dead_at IS NULL),
-    (SELECT count(*)::int FROM events WHERE dead_at IS NOT NULL),
-    (SELECT min(created_at) FROM events WHERE delivered_at IS NULL AND dead_at IS NULL)`).Scan(&b.Pending, &b.Dead, &oldest)
+    (SELECT coalesce(sum(n), 0)::int FROM (SELECT n FROM counters WHERE name = $1 UNION ALL SELECT n FROM counter_deltas WHERE name = $1) c),
+    (SELECT min(created_at) FROM events WHERE delivered_at IS NULL AND dead_at IS NULL)`, store.CounterDeadEvents).Scan(&b.Pending, &b.Dead, &oldest)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("postgres: event backlog: %w", err)
 	}

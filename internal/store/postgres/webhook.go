@@ -594,19 +594,39 @@ func scanEvidence(row pgx.Row, extra ...any) (*store.StatusEvidence, error) {
 // decides each (store.MatchStatus), which may set it aside as suspect.
 // Parked statuses are passed over here rather than after the LIMIT: a
 // backlog of statuses no row will ever claim (another system's sends on a
-// shared number) must not starve new ones. $3 are statuses this run
-// already left pending (its own locks do not make SKIP LOCKED pass them
-// over).
+// shared number) must not starve new ones. Only statuses due ($1 at or
+// after their retry_at: new ones, and parked ones whose time to be tried
+// again has come) are read, the first $4 (store.DueBatch) along
+// evidence_retry, so that a round never walks that backlog:
+// retryParkedSQL sets the next try of what matched nothing.
+// $3 are statuses this run already left pending (its own locks
+// do not make SKIP LOCKED pass them over).
 var applyCandidatesSQL = `SELECT ` + qualified("e", evidenceCols) + `
 FROM evidence e
-WHERE e.outcome = '' AND e.id <> ALL($3::text[]) AND (
-	(e.provider_id <> '' AND EXISTS (SELECT 1 FROM messages x WHERE x.identity = e.identity AND x.provider_id = e.provider_id
-		AND x.provider_id <> '' AND NOT (x.state = 'sending' AND coalesce(x.lease_until > $1, false))))
-	OR (e.callback_ref <> '' AND EXISTS (SELECT 1 FROM messages x WHERE x.id = e.callback_ref
-		AND NOT (x.state = 'sending' AND coalesce(x.lease_until > $1, false)))))
+WHERE e.id = ANY(ARRAY(SELECT d.id FROM evidence d WHERE d.outcome = '' AND ` + retryDue("d", "$1") + `
+		ORDER BY coalesce(d.retry_at, '-infinity'::timestamptz), d.at, d.id LIMIT $4))
+	AND e.outcome = '' AND e.id <> ALL($3::text[]) AND ` + matchablePred + `
 ORDER BY e.at, e.id
 LIMIT $2
 FOR UPDATE OF e SKIP LOCKED`
+
+// retryDue says a parked status or unattributed reply (alias a) is due
+// at t, in the terms of the evidence_retry and inbound_retry indexes: an
+// expression whose statistics are those of their rows alone (0024), so
+// that the planner reads the due ones from the index, never every parked
+// row.
+func retryDue(a, t string) string {
+	return "coalesce(" + a + ".retry_at, '-infinity'::timestamptz) <= " + t
+}
+
+// matchablePred says a status e names a row (by provider id within its
+// identity, or by callback reference) that no drain holds a live lease
+// of at $1.
+const matchablePred = `(
+	(e.provider_id <> '' AND EXISTS (SELECT 1 FROM messages x WHERE x.identity = e.identity AND x.provider_id = e.provider_id
+		AND x.provider_id <> '' AND NOT (x.state = 'sending' AND coalesce(x.lease_until > $1, false))))
+	OR (e.callback_ref <> '' AND EXISTS (SELECT 1 FROM messages x WHERE x.id = e.callback_ref
+		AND NOT (x.state = 'sending' AND coalesce(x.lease_until > $1, false)))))`
 
 // matchRowsSQL finds the rows each candidate could be about: those of its
 // identity with its provider id (two at most are needed to see a
@@ -616,6 +636,28 @@ CROSS JOIN LATERAL (SELECT m.id FROM messages m WHERE v.pid <> '' AND m.identity
 	AND m.provider_id <> '' ORDER BY m.id LIMIT 2) x
 UNION ALL
 SELECT v.ord, m.id, true FROM unnest($3::text[]) WITH ORDINALITY AS v(ref, ord) JOIN messages m ON m.id = v.ref AND v.ref <> ''`
+
+// retryParkedSQL sets when the statuses due at $1 that name no row (or a
+// row under a live lease) are tried again: after an eighth of their age
+// (since received), so that a status that waits for a drain's answer is
+// tried again within moments and one parked for a month every few days:
+// what a round reads follows the statuses arriving, never those parked
+// for ever. Statuses another run holds are left to it, and those that
+// match stay due (a run that stopped at its limit left them). The due
+// ones are read first, without locking them: a walk of evidence_retry
+// alone, where FOR UPDATE would have the planner weigh reading every
+// pending status and sorting them.
+var retryParkedSQL = `UPDATE evidence e SET retry_at = $1 + greatest($1 - e.received_at, interval '0') / 8
+WHERE e.id = ANY(ARRAY(SELECT id FROM evidence WHERE id = ANY(ARRAY(SELECT d.id FROM evidence d
+		WHERE d.outcome = '' AND ` + retryDue("d", "$1") + ` ORDER BY coalesce(d.retry_at, '-infinity'::timestamptz), d.at, d.id LIMIT $2))
+		FOR UPDATE SKIP LOCKED))
+	AND NOT ` + matchablePred
+
+// retryNowSQL makes the pending statuses of provider ids ($1 identities,
+// $2 ids) due at once: a round that recorded them on their rows applies
+// them in its next pass, however long they were parked.
+const retryNowSQL = `UPDATE evidence SET retry_at = '-infinity'
+WHERE outcome = '' AND (identity, provider_id) IN (SELECT * FROM unnest($1::text[], $2::text[])) AND retry_at > '-infinity'`
 
 // qualified prefixes each of a list of columns with a table alias.
 func qualified(alias, cols string) string {
@@ -662,16 +704,24 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 			skipped = append(skipped, left...)
 			// Another pass only for statuses of provider ids this one
 			// recorded on their rows (matched by callback reference).
-			if !recorded {
+			if len(recorded[0]) == 0 {
 				break
 			}
+			if _, err := tx.Exec(ctx, retryNowSQL, recorded[0], recorded[1]); err != nil {
+				return fmt.Errorf("postgres: apply evidence: %w", err)
+			}
 		}
-		n, err := attribute(ctx, tx)
+		// What is still due and matches nothing (or waits for a
+		// drain's answer): its next try.
+		if _, err := tx.Exec(ctx, retryParkedSQL, now, store.DueBatch); err != nil {
+			return fmt.Errorf("postgres: apply evidence: %w", err)
+		}
+		n, err := attribute(ctx, tx, now, store.DueBatch)
 		if err != nil {
 			return err
 		}
 		res.Attributed = n
-		if err := tx.QueryRow(ctx, countParkedSQL).Scan(&res.Parked); err != nil {
+		if err := tx.QueryRow(ctx, countParkedSQL, store.CounterParkedEvidence).Scan(&res.Parked); err != nil {
 			return fmt.Errorf("postgres: apply evidence: %w", err)
 		}
 		return nil
@@ -687,16 +737,30 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 // who wrote, when the reply names them). The lookup is a scalar subquery, one index
 // probe per waiting reply, so that the planner cannot choose to walk every
 // sent row's provider id (a merge join) instead.
-const attributeCandidatesSQL = `SELECT id, mid FROM (
+// Only replies due ($1 at or after their retry_at) are read, the first $2
+// (store.DueBatch) along inbound_retry, as applyCandidatesSQL's statuses; retryRepliesSQL
+// sets the next try of those still linked to nothing, as retryParkedSQL
+// does for statuses: replies about messages some other system sent are
+// never linked, and must not be read again on every round.
+var attributeCandidatesSQL = `SELECT id, mid FROM (
 	SELECT u.id, (SELECT CASE WHEN count(*) = 1 THEN min(m.id) END FROM messages m WHERE m.identity = u.identity
 		AND m.provider_id = u.context_id AND m.provider_id <> '' AND (u.sender = '' OR m.recipient = u.sender)) AS mid
-	FROM inbound u WHERE u.message_id IS NULL AND u.context_id <> '') l
+	FROM inbound u WHERE u.id = ANY(ARRAY(SELECT d.id FROM inbound d WHERE d.message_id IS NULL AND d.context_id <> ''
+		AND ` + retryDue("d", "$1") + ` ORDER BY coalesce(d.retry_at, '-infinity'::timestamptz), d.id LIMIT $2))) l
 WHERE mid IS NOT NULL`
 
-// attribute links the replies attributeCandidatesSQL finds, by id, and
-// returns how many it linked (a concurrent run may have linked some).
-func attribute(ctx context.Context, tx pgx.Tx) (int, error) {
-	rs, err := tx.Query(ctx, attributeCandidatesSQL)
+var retryRepliesSQL = `UPDATE inbound u SET retry_at = $1 + greatest($1 - u.stored_at, interval '0') / 8
+WHERE u.id = ANY(ARRAY(SELECT id FROM inbound WHERE id = ANY(ARRAY(SELECT d.id FROM inbound d
+		WHERE d.message_id IS NULL AND d.context_id <> '' AND ` + retryDue("d", "$1") + `
+		ORDER BY coalesce(d.retry_at, '-infinity'::timestamptz), d.id LIMIT $2)) FOR UPDATE SKIP LOCKED))
+	AND u.message_id IS NULL AND (SELECT count(*) FROM messages m WHERE m.identity = u.identity
+		AND m.provider_id = u.context_id AND m.provider_id <> '' AND (u.sender = '' OR m.recipient = u.sender)) <> 1`
+
+// attribute links the replies attributeCandidatesSQL finds, by id, sets
+// the next try of the others, and returns how many it linked (a
+// concurrent run may have linked some).
+func attribute(ctx context.Context, tx pgx.Tx, now time.Time, limit int) (int, error) {
+	rs, err := tx.Query(ctx, attributeCandidatesSQL, now, limit)
 	if err != nil {
 		return 0, fmt.Errorf("postgres: apply evidence: attribute inbound: %w", err)
 	}
@@ -713,21 +777,26 @@ func attribute(ctx context.Context, tx pgx.Tx) (int, error) {
 	if err := rs.Err(); err != nil {
 		return 0, fmt.Errorf("postgres: apply evidence: attribute inbound: %w", err)
 	}
-	if len(ids) == 0 {
-		return 0, nil
+	n := 0
+	if len(ids) > 0 {
+		tag, err := tx.Exec(ctx, "UPDATE inbound i SET message_id = v.mid FROM unnest($1::text[], $2::text[]) AS v(id, mid) "+
+			"WHERE i.id = v.id AND i.message_id IS NULL", ids, mids)
+		if err != nil {
+			return 0, fmt.Errorf("postgres: apply evidence: attribute inbound: %w", err)
+		}
+		n = int(tag.RowsAffected())
 	}
-	tag, err := tx.Exec(ctx, "UPDATE inbound i SET message_id = v.mid FROM unnest($1::text[], $2::text[]) AS v(id, mid) "+
-		"WHERE i.id = v.id AND i.message_id IS NULL", ids, mids)
-	if err != nil {
+	if _, err := tx.Exec(ctx, retryRepliesSQL, now, limit); err != nil {
 		return 0, fmt.Errorf("postgres: apply evidence: attribute inbound: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return n, nil
 }
 
-const countParkedSQL = "SELECT count(*) FROM evidence WHERE outcome = ''"
+// countParkedSQL reads the running count of pending statuses (0024).
+const countParkedSQL = "SELECT coalesce(sum(n), 0) FROM (SELECT n FROM counters WHERE name = $1 UNION ALL SELECT n FROM counter_deltas WHERE name = $1) c"
 
 func applyCandidates(ctx context.Context, tx pgx.Tx, now time.Time, limit int, skipped []string) ([]candidate, error) {
-	rs, err := tx.Query(ctx, applyCandidatesSQL, now, limit, skipped)
+	rs, err := tx.Query(ctx, applyCandidatesSQL, now, limit, skipped, store.DueBatch)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: apply evidence: %w", err)
 	}
@@ -782,9 +851,9 @@ func applyCandidates(ctx context.Context, tx pgx.Tx, now time.Time, limit int, s
 // against its rows as they stand after the ones before (store.MatchStatus),
 // and writes the transitions and outcomes, suspects set aside. It returns
 // what it applied, the statuses it left pending (their row moved or took a
-// lease since they were chosen), and whether it recorded a provider id on
-// a row.
-func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, now time.Time) ([]store.AppliedEvidence, []string, bool, error) {
+// lease since they were chosen), and the provider ids it recorded on
+// their rows (identities, ids).
+func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, now time.Time) ([]store.AppliedEvidence, []string, [2][]string, error) {
 	ids := make([]string, 0, len(cands))
 	for _, c := range cands {
 		ids = append(ids, c.byPID...)
@@ -794,7 +863,7 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 	}
 	rows, err := lockRows(ctx, tx, ids)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, [2][]string{}, err
 	}
 	var (
 		applied  []store.AppliedEvidence
@@ -802,7 +871,7 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 		whys     []string
 		left     []string
 		ps       []store.TransitionParams
-		recorded bool
+		recorded [2][]string // identities, provider ids
 	)
 	for _, c := range cands {
 		st := c.st
@@ -821,7 +890,7 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 		step, err := rules.Evidence(st, byPID, ref, now)
 		switch {
 		case err != nil:
-			return nil, nil, false, fmt.Errorf("postgres: apply evidence: %w", err)
+			return nil, nil, recorded, fmt.Errorf("postgres: apply evidence: %w", err)
 		case step.Pending:
 			// No row yet, or a drain claimed it since: it records its own
 			// answer; the next run matches again.
@@ -833,7 +902,9 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 		}
 		if step.Transition != nil {
 			ps = append(ps, *step.Transition)
-			recorded = recorded || step.RecordsID
+			if step.RecordsID {
+				recorded[0], recorded[1] = append(recorded[0], st.Identity), append(recorded[1], st.ProviderID)
+			}
 			// Later statuses of the batch see the row as this one leaves it.
 			r := rows[step.Transition.ID]
 			*r = step.After(*r)
@@ -843,13 +914,13 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 	if len(ps) > 0 {
 		out, err := s.transitionMany(ctx, tx, ps)
 		if err != nil {
-			return nil, nil, false, err
+			return nil, nil, recorded, err
 		}
 		for i, o := range out {
 			if o.Err != nil {
 				// Decided against the row under its lock: an error here
 				// is no lost race but a fault.
-				return nil, nil, false, fmt.Errorf("postgres: apply evidence to %s: %w", ps[i].ID, o.Err)
+				return nil, nil, recorded, fmt.Errorf("postgres: apply evidence to %s: %w", ps[i].ID, o.Err)
 			}
 		}
 	}
@@ -861,7 +932,7 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 		if _, err := tx.Exec(ctx, "UPDATE evidence e SET outcome = v.outcome, message_id = v.message_id, applied_at = $1 "+
 			"FROM unnest($2::text[], $3::text[], $4::text[]) AS v(id, outcome, message_id) WHERE e.id = v.id",
 			now, eids, outcomes, msgIDs); err != nil {
-			return nil, nil, false, fmt.Errorf("postgres: apply evidence: %w", err)
+			return nil, nil, recorded, fmt.Errorf("postgres: apply evidence: %w", err)
 		}
 	}
 	if len(suspects) > 0 {
@@ -871,7 +942,7 @@ func (s *Store) applyBatch(ctx context.Context, tx pgx.Tx, cands []candidate, no
 		}
 		if _, err := tx.Exec(ctx, "UPDATE evidence e SET outcome = 'suspect', suspect = v.why, applied_at = $1 "+
 			"FROM unnest($2::text[], $3::text[]) AS v(id, why) WHERE e.id = v.id", now, eids, whys); err != nil {
-			return nil, nil, false, fmt.Errorf("postgres: apply evidence: set aside: %w", err)
+			return nil, nil, recorded, fmt.Errorf("postgres: apply evidence: set aside: %w", err)
 		}
 	}
 	return append(applied, suspects...), left, recorded, nil
@@ -1058,33 +1129,34 @@ func (s *Store) ServiceWindow(ctx context.Context, identity, recipient string) (
 
 // WebhookStats returns the evidence figures, of one moment.
 func (s *Store) WebhookStats(ctx context.Context) (*store.WebhookStats, error) {
-	var st store.WebhookStats
+	var st store.Stats
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		return webhookStats(ctx, tx, &st)
+		counters, err := readCounters(ctx, tx)
+		if err != nil {
+			return fmt.Errorf("postgres: webhook stats: %w", err)
+		}
+		st.VitalStats.MaybeSent = map[string]int{}
+		rules.SetCounters(&st, counters)
+		return webhookStats(ctx, tx, &st.WebhookStats)
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &st, nil
+	return &st.WebhookStats, nil
 }
 
-// webhookStats reads the evidence figures, each from a partial index (of
-// the rows waiting for something) or a counter.
+// webhookStats reads the evidence figures the running counts
+// (rules.SetCounters: duplicates, parked and suspect statuses,
+// unattributed replies, unreadable deliveries, collisions, notices) do
+// not give: the deliveries not yet processed and the queued rows a
+// template holds from their partial indexes (work waiting), the template
+// holds from their table (a row per template).
 func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error {
-	err := q.QueryRow(ctx, "SELECT coalesce((SELECT n FROM counters WHERE name = $1), 0), "+
-		"(SELECT count(*) FROM inbound WHERE message_id IS NULL), "+
-		"(SELECT count(*) FROM evidence WHERE outcome = ''), "+
+	err := q.QueryRow(ctx, "SELECT "+
 		"(SELECT count(*) FROM webhook_events WHERE processed_at IS NULL), "+
-		"(SELECT count(*) FROM webhook_events WHERE error <> ''), "+
-		"(SELECT count(*) FROM evidence WHERE outcome = 'suspect'), "+
-		"(SELECT count(*) FROM messages WHERE provider_id_collision <> ''), "+
-		"(SELECT count(*) FROM notices), (SELECT count(*) FROM notices WHERE kind = $2), (SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')), "+
-		"(SELECT count(*) FROM messages WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: '), "+
-		"coalesce((SELECT n FROM counters WHERE name = $3), 0)",
-		store.CounterDuplicateWebhooks, store.NoticeUnknown, store.CounterReplayedWebhooks).
-		Scan(&st.DuplicateWebhooks, &st.UnattributedInbound, &st.ParkedEvidence, &st.UnprocessedWebhooks, &st.UnreadableWebhooks,
-			&st.SuspectEvidence, &st.ProviderIDCollisions, &st.Notices, &st.UnknownNotices, &st.TemplateHolds, &st.TemplateHeldRows,
-			&st.ReplayedWebhooks)
+		"(SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')), "+
+		"(SELECT count(*) FROM messages WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: ')").
+		Scan(&st.UnprocessedWebhooks, &st.TemplateHolds, &st.TemplateHeldRows)
 	if err != nil {
 		return fmt.Errorf("postgres: webhook stats: %w", err)
 	}

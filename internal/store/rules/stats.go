@@ -2,6 +2,8 @@ package rules
 
 import (
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/msgq/msgq/internal/state"
@@ -116,4 +118,39 @@ func RefusedCounts(now time.Time, replays, conflicts int) []Count {
 		out = append(out, c)
 	}
 	return out
+}
+
+// SetCounters records the figures Stats reads from the store's running
+// counts (counters by name, as read in Stats' transaction): the totals of
+// key replays, key conflicts and duplicate webhooks, and those kept by the
+// stores' triggers (store.CounterResends and the rest).
+func SetCounters(st *store.Stats, c map[string]int64) {
+	v := &st.VitalStats
+	st.KeyReplays, v.KeyConflicts, st.DuplicateWebhooks = c[store.CounterKeyReplays], c[store.CounterKeyConflicts], c[store.CounterDuplicateWebhooks]
+	v.Resends = int(c[store.CounterResends])
+	w := &st.WebhookStats
+	w.ParkedEvidence, w.UnattributedInbound = int(c[store.CounterParkedEvidence]), int(c[store.CounterUnattributedInbound])
+	w.ReplayedWebhooks = c[store.CounterReplayedWebhooks]
+	w.SuspectEvidence, w.ProviderIDCollisions = int(c[store.CounterSuspectEvidence]), int(c[store.CounterProviderIDCollisions])
+	w.UnreadableWebhooks, w.Notices, w.UnknownNotices = int(c[store.CounterUnreadableWebhooks]), int(c[store.CounterNotices]),
+		int(c[store.CounterUnknownNotices])
+	ch := &v.Challenges
+	ch.SupersedingSends, ch.FallbacksFired = int(c[store.CounterSupersedingSends]), int(c[store.CounterFallbacksFired])
+	if ch.CompletedByStep == nil {
+		ch.CompletedByStep = map[string]int{}
+	}
+	for name, n64 := range c {
+		n := int(n64)
+		if n <= 0 {
+			continue
+		}
+		if s, ok := strings.CutPrefix(name, store.CounterMaybeSent); ok {
+			v.MaybeSent[s] += n
+		} else if s, ok := strings.CutPrefix(name, store.CounterChallenges); ok {
+			// challenges:<outcome>:<step>
+			outcome, step, _ := strings.Cut(s, ":")
+			by, _ := strconv.Atoi(step)
+			ch.Add(outcome, by, false, n)
+		}
+	}
 }

@@ -312,20 +312,21 @@ func b2i(b bool) int {
 // challengeVitals reads store.ChallengeVitals in Stats' read transaction
 // (the recent figures from since).
 func challengeVitals(ctx context.Context, tx *sql.Tx, now, since time.Time, v *store.ChallengeVitals) error {
-	v.CompletedByStep = map[string]int{}
-	rs, err := tx.QueryContext(ctx, "SELECT outcome, by_step, blocked_step > 0, count(*) FROM challenges GROUP BY 1, 2, 3")
+	// Open challenges from their partial index; those that ended, the
+	// superseding sends and the fallbacks fired are running counts
+	// (rules.SetCounters), for ended challenges only ever grow.
+	rs, err := tx.QueryContext(ctx, "SELECT blocked_step > 0, count(*) FROM challenges INDEXED BY challenges_open WHERE outcome = 'open' GROUP BY 1")
 	if err != nil {
 		return fmt.Errorf("sqlite: stats: challenges: %w", err)
 	}
 	for rs.Next() {
-		var outcome string
-		var by, n int
+		var n int
 		var blocked bool
-		if err := rs.Scan(&outcome, &by, &blocked, &n); err != nil {
+		if err := rs.Scan(&blocked, &n); err != nil {
 			rs.Close()
 			return fmt.Errorf("sqlite: stats: challenges: %w", err)
 		}
-		v.Add(outcome, by, blocked, n)
+		v.Add("open", 0, blocked, n)
 	}
 	if err := rs.Close(); err != nil {
 		return fmt.Errorf("sqlite: stats: challenges: %w", err)
@@ -335,12 +336,10 @@ func challengeVitals(ctx context.Context, tx *sql.Tx, now, since time.Time, v *s
 		args []any
 		dst  *int
 	}{
-		{"SELECT count(*) FROM challenges WHERE supersedes <> ''", nil, &v.SupersedingSends},
-		{"SELECT count(*) FROM challenge_steps WHERE step > 1 AND released = 1", nil, &v.FallbacksFired},
 		{"SELECT count(*) FROM messages INDEXED BY messages_in_flight WHERE " + inFlight + " AND state = 'unknown' " +
 			"AND expires_at IS NOT NULL AND expires_at <= ? AND EXISTS (SELECT 1 FROM challenge_steps cs WHERE cs.message_id = messages.id)",
 			[]any{micros(now)}, &v.UnknownPastDeadline},
-		{"SELECT count(*) FROM challenges WHERE outcome = 'expired' AND deadline >= ? AND deadline <= ?",
+		{"SELECT count(*) FROM challenges INDEXED BY challenges_expired WHERE outcome = 'expired' AND deadline >= ? AND deadline <= ?",
 			[]any{micros(since), micros(now)}, &v.RecentExpired},
 	} {
 		if err := tx.QueryRowContext(ctx, q.sql, q.args...).Scan(q.dst); err != nil {

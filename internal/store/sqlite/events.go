@@ -248,10 +248,13 @@ func (s *Store) EventList(ctx context.Context, endpointID string, limit int) ([]
 func (s *Store) EventBacklog(ctx context.Context) (*store.EventBacklog, error) {
 	var b store.EventBacklog
 	var oldest sql.NullInt64
+	// The pending ones from events_due (the outbox's backlog); the dead
+	// ones, kept until purged or retried, from their running count (0024).
 	err := s.r.QueryRowContext(ctx, "SELECT "+
-		"(SELECT count(*) FROM events WHERE delivered_at IS NULL AND dead_at IS NULL), "+
-		"(SELECT count(*) FROM events WHERE dead_at IS NOT NULL), "+
-		"(SELECT min(created_at) FROM events WHERE delivered_at IS NULL AND dead_at IS NULL)").Scan(&b.Pending, &b.Dead, &oldest)
+		"(SELECT count(*) FROM events INDEXED BY events_due WHERE delivered_at IS NULL AND dead_at IS NULL), "+
+		"coalesce((SELECT n FROM counters WHERE name = ?), 0), "+
+		"(SELECT min(created_at) FROM events INDEXED BY events_due WHERE delivered_at IS NULL AND dead_at IS NULL)",
+		store.CounterDeadEvents).Scan(&b.Pending, &b.Dead, &oldest)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: event backlog: %w", err)
 	}

@@ -151,7 +151,8 @@ type extra struct {
 func (e extra) Scan(dest ...any) error { return e.scanner.Scan(append(dest, e.more...)...) }
 
 // Stats reads the vital signs, each from an index or a counter: the
-// counts from state_counts (kept by triggers), the oldest eligible row
+// counts from state_counts and the running counts from counters (kept by
+// triggers: rules.SetCounters), the oldest eligible row
 // from messages_due, the in-flight figures from messages_in_flight, the
 // recent ones from attempts_finished and history_delivered, the evidence
 // figures from the partial indexes of what waits (webhookStats).
@@ -170,6 +171,11 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	}
 	defer tx.Rollback()
 
+	counters, err := readCounters(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: stats: %w", err)
+	}
+	rules.SetCounters(st, counters)
 	rs, err := tx.QueryContext(ctx, "SELECT identity, state, n FROM state_counts WHERE n > 0 ORDER BY identity, state")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
@@ -205,9 +211,6 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 	}
 	if err := tx.QueryRowContext(ctx, "SELECT count(*) FROM messages INDEXED BY messages_in_flight WHERE "+inFlight+
 		" AND state = 'sending' AND lease_until <= ?", micros(b.LeaseOver)).Scan(&st.SendingPastLease); err != nil {
-		return nil, fmt.Errorf("sqlite: stats: %w", err)
-	}
-	if err := tx.QueryRowContext(ctx, "SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)", store.CounterKeyReplays).Scan(&st.KeyReplays); err != nil {
 		return nil, fmt.Errorf("sqlite: stats: %w", err)
 	}
 	if err := webhookStats(ctx, tx, &st.WebhookStats); err != nil {

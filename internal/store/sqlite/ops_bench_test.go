@@ -287,7 +287,7 @@ func BenchmarkOps1M(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer ts.Close()
-		tr, db := traceReads(b, ts, path)
+		tr, db := traceStore(b, ts, path)
 		if _, err := ts.Stats(ctx, &store.StatsParams{Now: now}); err != nil {
 			b.Fatal(err)
 		}

@@ -69,7 +69,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.BusyTimeout == 0 {
 		opts.BusyTimeout = 10 * time.Second
 	}
-	w, err := sql.Open("sqlite", writerDSN(path, opts.BusyTimeout))
+	wdsn, rdsn := dsns(path, opts)
+	w, err := sql.Open("sqlite", wdsn)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -78,10 +79,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 
-	rq := url.Values{}
-	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
-	rq.Add("_pragma", "query_only(1)")
-	r, err := sql.Open("sqlite", path+"?"+rq.Encode())
+	r, err := sql.Open("sqlite", rdsn)
 	if err != nil {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
@@ -103,12 +101,13 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// writerDSN is the data source of the writer's one connection on path.
-func writerDSN(path string, busy time.Duration) string {
+// dsns are the data source names of a store's writer (one connection)
+// and readers (query_only).
+func dsns(path string, opts Options) (writer, reader string) {
 	q := url.Values{}
 	// busy_timeout first: the pragmas after it may need a lock that another
 	// process holds (switching a new file to WAL does).
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
 	q.Add("_pragma", "page_size(8192)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
@@ -121,7 +120,10 @@ func writerDSN(path string, busy time.Duration) string {
 	// transaction that reads and then writes can fail with SQLITE_BUSY
 	// without waiting, where an immediate one waits its turn.
 	q.Set("_txlock", "immediate")
-	return path + "?" + q.Encode()
+	rq := url.Values{}
+	rq.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", opts.BusyTimeout.Milliseconds()))
+	rq.Add("_pragma", "query_only(1)")
+	return path + "?" + q.Encode(), path + "?" + rq.Encode()
 }
 
 // persistWAL keeps the WAL and shared-memory files when the last

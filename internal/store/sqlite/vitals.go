@@ -34,10 +34,32 @@ func countRefusedWrites(ctx context.Context, tx *sql.Tx, now time.Time, replays,
 	return nil
 }
 
+// readCounters returns every running count by name (counters: a row per
+// count, kept by the enqueue, the webhook ingest and 0024's triggers).
+func readCounters(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) (map[string]int64, error) {
+	rs, err := q.QueryContext(ctx, "SELECT name, n FROM counters")
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	out := map[string]int64{}
+	for rs.Next() {
+		var name string
+		var n int64
+		if err := rs.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		out[name] = n
+	}
+	return out, rs.Err()
+}
+
 // vitalStats reads the figures of store.VitalStats in Stats' read
-// transaction, each from an index: counters and counts_by_minute, the
-// in-flight index, history_failed, messages_resends, messages_maybe_sent
-// and history_sent.
+// transaction that the running counts (rules.SetCounters) do not give,
+// each from an index: counts_by_minute, the in-flight index,
+// history_failed, messages_resends_created and history_sent.
 func vitalStats(ctx context.Context, tx *sql.Tx, p *store.StatsParams, st *store.Stats) error {
 	wrap := func(err error) error { return fmt.Errorf("sqlite: stats: %w", err) }
 	v, b := &st.VitalStats, rules.StatsBounds(st)
@@ -49,15 +71,13 @@ func vitalStats(ctx context.Context, tx *sql.Tx, p *store.StatsParams, st *store
 		args []any
 		dst  any
 	}{
-		{"SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)", []any{store.CounterKeyConflicts}, &v.KeyConflicts},
 		{"SELECT coalesce(sum(n), 0) FROM counts_by_minute WHERE name = ? AND minute >= ?",
 			[]any{store.CounterKeyConflicts, b.SinceMinute}, &v.RecentKeyConflicts},
 		{"SELECT coalesce(sum(n), 0) FROM counts_by_minute WHERE name = ? AND minute >= ?",
 			[]any{store.CounterKeyReplays, b.SinceMinute}, &v.RecentKeyReplays},
 		{"SELECT count(*) FROM messages INDEXED BY messages_in_flight WHERE " + inFlight + " AND state = 'sending' AND updated_at <= ?",
 			[]any{micros(b.LongSending)}, &v.SendingLong},
-		{"SELECT count(*) FROM messages INDEXED BY messages_resends WHERE resend_of <> ''", nil, &v.Resends},
-		{"SELECT count(*) FROM messages INDEXED BY messages_resends WHERE resend_of <> '' AND created_at >= ?",
+		{"SELECT count(*) FROM messages INDEXED BY messages_resends_created WHERE resend_of <> '' AND created_at >= ?",
 			[]any{micros(b.Since)}, &v.RecentResends},
 	} {
 		if err := tx.QueryRowContext(ctx, q.sql, q.args...).Scan(q.dst); err != nil {
@@ -66,10 +86,6 @@ func vitalStats(ctx context.Context, tx *sql.Tx, p *store.StatsParams, st *store
 	}
 	if err := countInto(ctx, tx, v.RecentFailures, "SELECT reason, count(*) FROM history INDEXED BY history_failed "+
 		"WHERE to_state = 'failed' AND applied = 1 AND at >= ? GROUP BY reason", micros(b.Since)); err != nil {
-		return wrap(err)
-	}
-	if err := countInto(ctx, tx, v.MaybeSent, "SELECT state, count(*) FROM messages INDEXED BY messages_maybe_sent "+
-		"WHERE maybe_sent = 1 GROUP BY state"); err != nil {
 		return wrap(err)
 	}
 	if len(p.ProgressIdentities) == 0 {

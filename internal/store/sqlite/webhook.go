@@ -498,24 +498,67 @@ func scanEvidence(sc scanner) (*store.StatusEvidence, error) {
 // each (store.MatchStatus), which may set it aside as suspect. Parked
 // statuses are passed over here rather than after the LIMIT: a backlog of
 // statuses no row will ever claim (another system's sends on a shared
-// number) must not starve new ones.
-const applyCandidatesSQL = `SELECT e.id FROM evidence e INDEXED BY evidence_pending
-WHERE e.outcome = '' AND (
+// number) must not starve new ones. Only statuses due (?1 at or after
+// their retry_at: new ones, and parked ones whose time to be tried again
+// has come) are read, the first ?3 (store.DueBatch) along evidence_retry
+// (after an upgrade, the whole backlog is due once), so
+// that a round never walks that backlog: retryParkedSQL sets the next try
+// of what matched nothing.
+const applyCandidatesSQL = `SELECT e.id FROM evidence e
+WHERE e.id IN (SELECT id FROM evidence INDEXED BY evidence_retry WHERE outcome = '' AND retry_at <= ?1
+		ORDER BY retry_at, at, id LIMIT ?3)
+	AND ` + matchablePred + `
+ORDER BY e.at, e.id LIMIT ?2`
+
+// matchablePred says a status e names a row (by provider id within its
+// identity, or by callback reference) that no drain holds a live lease
+// of at ?1.
+const matchablePred = `(
 	(e.provider_id <> '' AND EXISTS (SELECT 1 FROM messages x WHERE x.identity = e.identity AND x.provider_id = e.provider_id
 		AND x.provider_id <> '' AND NOT (x.state = 'sending' AND coalesce(x.lease_until, 0) > ?1)))
 	OR (e.callback_ref <> '' AND EXISTS (SELECT 1 FROM messages x WHERE x.id = e.callback_ref
-		AND NOT (x.state = 'sending' AND coalesce(x.lease_until, 0) > ?1))))
-ORDER BY e.at, e.id LIMIT ?2`
+		AND NOT (x.state = 'sending' AND coalesce(x.lease_until, 0) > ?1))))`
 
 // attributeCandidatesSQL finds unattributed replies whose context has
 // become the provider id of one row of their identity (sent to the one
-// who wrote, when the reply names them).
+// who wrote, when the reply names them). Only replies due (?1 at or after
+// their retry_at) are read, the first ?2 (store.DueBatch) through
+// inbound_retry; retryRepliesSQL sets
+// the next try of those still linked to nothing: replies about messages
+// some other system sent are never linked, and must not be read again on
+// every round.
 const attributeCandidatesSQL = `SELECT id, mid FROM (
 	SELECT i.id, (SELECT CASE WHEN count(*) = 1 THEN min(m.id) END FROM messages m
 		WHERE m.identity = i.identity AND m.provider_id = i.context_id AND m.provider_id <> ''
 		AND (i.sender = '' OR m.recipient = i.sender)) AS mid
-	FROM inbound i INDEXED BY inbound_unattributed_context WHERE i.message_id IS NULL AND i.context_id <> ''
+	FROM inbound i WHERE i.id IN (SELECT id FROM inbound INDEXED BY inbound_retry
+		WHERE message_id IS NULL AND context_id <> '' AND retry_at <= ?1 ORDER BY retry_at, id LIMIT ?2)
 ) WHERE mid IS NOT NULL`
+
+// dueSQL says whether any status or reply is due (?1): a round with none,
+// and nothing to apply, writes nothing.
+const dueSQL = `SELECT EXISTS (SELECT 1 FROM evidence INDEXED BY evidence_retry WHERE outcome = '' AND retry_at <= ?1)
+	OR EXISTS (SELECT 1 FROM inbound INDEXED BY inbound_retry WHERE message_id IS NULL AND context_id <> '' AND retry_at <= ?1)`
+
+// retryParkedSQL and retryRepliesSQL set when the statuses and replies
+// due at ?1 that still match nothing (a status: or name a row under a
+// live lease) are tried again: after an eighth of their age, so that a
+// status that waits for a drain's answer is tried again within moments
+// and one parked for a month every few days: what a round reads follows
+// what arrives, never what was parked for ever. Those that match stay due
+// (a run that stopped at its limit, or found them after its reads, left
+// them).
+var (
+	retryParkedSQL = `UPDATE evidence AS e SET retry_at = ?1 + max(?1 - received_at, 0) / 8
+WHERE e.id IN (SELECT id FROM evidence INDEXED BY evidence_retry WHERE outcome = '' AND retry_at <= ?1
+		ORDER BY retry_at, at, id LIMIT ?2)
+	AND NOT ` + matchablePred
+	retryRepliesSQL = `UPDATE inbound AS i SET retry_at = ?1 + max(?1 - stored_at, 0) / 8
+WHERE i.id IN (SELECT id FROM inbound INDEXED BY inbound_retry
+		WHERE message_id IS NULL AND context_id <> '' AND retry_at <= ?1 ORDER BY retry_at, id LIMIT ?2) AND (SELECT count(*) FROM messages m
+	WHERE m.identity = i.identity AND m.provider_id = i.context_id AND m.provider_id <> ''
+	AND (i.sender = '' OR m.recipient = i.sender)) <> 1`
+)
 
 // EvidenceApply applies pending statuses whose rows are known, in one
 // write transaction (SQLite has one writer: one fsync for the batch).
@@ -529,19 +572,25 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 		now = s.clock()
 	}
 	res := &store.ApplyResult{Applied: []store.AppliedEvidence{}}
-	cands, err := s.queryIDs(ctx, s.r, applyCandidatesSQL, micros(now), limit)
+	cands, err := s.queryIDs(ctx, s.r, applyCandidatesSQL, micros(now), limit, store.DueBatch)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
-	links, err := s.attributeCandidates(ctx)
+	links, err := s.attributeCandidates(ctx, now, store.DueBatch)
 	if err != nil {
 		return nil, err
 	}
 	if len(cands) == 0 && len(links) == 0 {
-		if err := s.r.QueryRowContext(ctx, countParkedSQL).Scan(&res.Parked); err != nil {
+		var due bool
+		if err := s.r.QueryRowContext(ctx, dueSQL, micros(now)).Scan(&due); err != nil {
 			return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 		}
-		return res, nil
+		if !due {
+			if err := s.r.QueryRowContext(ctx, countParkedSQL, store.CounterParkedEvidence).Scan(&res.Parked); err != nil {
+				return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+			}
+			return res, nil
+		}
 	}
 
 	tx, err := s.w.BeginTx(ctx, nil)
@@ -593,7 +642,15 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 		n, _ := r.RowsAffected()
 		res.Attributed += int(n)
 	}
-	row, err := ts.queryRow(ctx, countParkedSQL)
+	// What is still due and matches nothing (or waits for a drain's
+	// answer): its next try.
+	if _, err := ts.exec(ctx, retryParkedSQL, micros(now), store.DueBatch); err != nil {
+		return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
+	}
+	if _, err := ts.exec(ctx, retryRepliesSQL, micros(now), store.DueBatch); err != nil {
+		return nil, fmt.Errorf("sqlite: apply evidence: attribute inbound: %w", err)
+	}
+	row, err := ts.queryRow(ctx, countParkedSQL, store.CounterParkedEvidence)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: apply evidence: %w", err)
 	}
@@ -606,7 +663,8 @@ func (s *Store) EvidenceApply(ctx context.Context, p *store.ApplyParams) (*store
 	return res, nil
 }
 
-const countParkedSQL = "SELECT count(*) FROM evidence INDEXED BY evidence_pending WHERE outcome = ''"
+// countParkedSQL reads the running count of pending statuses (0024).
+const countParkedSQL = "SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)"
 
 // idKey is a provider id within its identity.
 type idKey struct{ identity, providerID string }
@@ -776,8 +834,8 @@ func (s *Store) queryIDs(ctx context.Context, db *sql.DB, q string, args ...any)
 
 type link struct{ id, msgID string }
 
-func (s *Store) attributeCandidates(ctx context.Context) ([]link, error) {
-	rs, err := s.r.QueryContext(ctx, attributeCandidatesSQL)
+func (s *Store) attributeCandidates(ctx context.Context, now time.Time, limit int) ([]link, error) {
+	rs, err := s.r.QueryContext(ctx, attributeCandidatesSQL, micros(now), limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: apply evidence: attribute inbound: %w", err)
 	}
@@ -956,31 +1014,31 @@ func (s *Store) WebhookStats(ctx context.Context) (*store.WebhookStats, error) {
 		return nil, fmt.Errorf("sqlite: webhook stats: %w", err)
 	}
 	defer tx.Rollback()
-	var st store.WebhookStats
-	if err := webhookStats(ctx, tx, &st); err != nil {
+	counters, err := readCounters(ctx, tx)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: webhook stats: %w", err)
+	}
+	st := store.Stats{VitalStats: store.VitalStats{MaybeSent: map[string]int{}}}
+	rules.SetCounters(&st, counters)
+	if err := webhookStats(ctx, tx, &st.WebhookStats); err != nil {
 		return nil, err
 	}
-	return &st, nil
+	return &st.WebhookStats, nil
 }
 
-// webhookStats reads the evidence figures, each from a partial index (of
-// the rows waiting for something) or a counter.
+// webhookStats reads the evidence figures the running counts
+// (rules.SetCounters: duplicates, parked and suspect statuses,
+// unattributed replies, unreadable deliveries, collisions, notices) do
+// not give: the deliveries not yet processed and the queued rows a
+// template holds from their partial indexes (work waiting), the template
+// holds from their table (a row per template).
 func webhookStats(ctx context.Context, q querier, st *store.WebhookStats) error {
 	for _, f := range []struct {
 		q    string
 		args []any
 		dest any
 	}{
-		{"SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)", []any{store.CounterDuplicateWebhooks}, &st.DuplicateWebhooks},
-		{"SELECT coalesce((SELECT n FROM counters WHERE name = ?), 0)", []any{store.CounterReplayedWebhooks}, &st.ReplayedWebhooks},
-		{"SELECT count(*) FROM inbound INDEXED BY inbound_unattributed WHERE message_id IS NULL", nil, &st.UnattributedInbound},
-		{countParkedSQL, nil, &st.ParkedEvidence},
 		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_pending WHERE processed_at IS NULL", nil, &st.UnprocessedWebhooks},
-		{"SELECT count(*) FROM webhook_events INDEXED BY webhook_events_unreadable WHERE error <> ''", nil, &st.UnreadableWebhooks},
-		{"SELECT count(*) FROM evidence INDEXED BY evidence_suspect WHERE outcome = 'suspect'", nil, &st.SuspectEvidence},
-		{"SELECT count(*) FROM messages INDEXED BY messages_provider_id_collision WHERE provider_id_collision <> ''", nil, &st.ProviderIDCollisions},
-		{"SELECT count(*) FROM notices", nil, &st.Notices},
-		{"SELECT count(*) FROM notices INDEXED BY notices_kind WHERE kind = ?", []any{store.NoticeUnknown}, &st.UnknownNotices},
 		{"SELECT count(*) FROM template_holds WHERE status IN ('PAUSED', 'DISABLED', 'REJECTED')", nil, &st.TemplateHolds},
 		{"SELECT count(*) FROM messages INDEXED BY messages_template_held WHERE state = 'queued' AND substr(last_error, 1, 15) = 'template hold: '", nil, &st.TemplateHeldRows},
 	} {

@@ -1202,6 +1202,35 @@ func testWebhook(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("a parked status and an unattributed reply are tried again after an eighth of their age", func(t *testing.T) {
+		// A round reads what is due, not every status and reply parked
+		// since the store was made (store.DueBatch): each that matched
+		// nothing is tried again after an eighth of its age.
+		t.Parallel()
+		w := newWH(t, h)
+		w.ingest([]store.StatusEvidence{status("wamid.late", state.Delivered, 1)},
+			[]store.Inbound{inbound("wamid.in.late", "+15551234567", "wamid.late", 2)})
+		w.clk.Advance(8 * time.Minute)
+		if res := w.apply(); len(res.Applied) != 0 || res.Parked != 1 || res.Attributed != 0 {
+			t.Fatalf("before the row: %+v", res)
+		}
+		// Tried 8 minutes after it came: next at 9 minutes. The row
+		// gets the provider id meanwhile.
+		m := w.sent("k", "wamid.late")
+		w.clk.Advance(50 * time.Second)
+		if res := w.apply(); len(res.Applied) != 0 || res.Parked != 1 || res.Attributed != 0 {
+			t.Errorf("tried again before its time: %+v", res)
+		}
+		w.clk.Advance(15 * time.Second)
+		res := w.apply()
+		if len(res.Applied) != 1 || res.Applied[0].MessageID != m.ID || res.Parked != 0 || res.Attributed != 1 {
+			t.Errorf("at its time: %+v", res)
+		}
+		if got := w.get(m.ID); got.State != state.Delivered {
+			t.Errorf("row %s, want delivered", got.State)
+		}
+	})
+
 	t.Run("a limit bounds one run and the next takes the rest", func(t *testing.T) {
 		t.Parallel()
 		w := newWH(t, h)
