@@ -524,7 +524,7 @@ func (d *drainer) leaseOK(start LeaseStart, wait time.Duration) (bool, string) {
 func (d *drainer) send(ctx context.Context, c *store.Claimed, start LeaseStart) {
 	cfg := d.cfg
 	id := cfg.Identities[c.Identity]
-	log := cfg.Log.With("id", c.ID, "key", c.Key, "to", recipient.Mask(c.Channel, c.To), "identity", c.Identity, "attempt", c.Attempts)
+	log := &rowLog{base: cfg.Log, c: c}
 
 	// A slot that would end too close to the lease's end: give the row
 	// back now rather than wait for a call that could not be made.
@@ -662,7 +662,7 @@ func (d *drainer) send(ctx context.Context, c *store.Claimed, start LeaseStart) 
 // 21610), so that the next rows to the recipient are refused before any
 // call. Its time is the answer's. A failure to record is logged: the row's
 // own outcome is recorded all the same, and the provider keeps refusing.
-func (d *drainer) optedOut(c *store.Claimed, log *slog.Logger, res provider.Result, at time.Time) {
+func (d *drainer) optedOut(c *store.Claimed, log *rowLog, res provider.Result, at time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	src := "send answer, code " + orNone(res.Code)
@@ -697,7 +697,7 @@ const OptedOutError = "the recipient opted out of this identity (STOP); sends re
 // row's last error is left alone, and the history says why. If the row
 // was taken over meanwhile, the entry is kept on it all the same (not
 // applied): it shows this drain made no call.
-func (d *drainer) giveBack(c *store.Claimed, log *slog.Logger, why string) {
+func (d *drainer) giveBack(c *store.Claimed, log *rowLog, why string) {
 	log.Warn("lease check failed: row given back without a call", "why", why)
 	d.add(func(s *Summary) { s.GivenBack++ })
 	p := store.TransitionParams{ID: c.ID, From: state.Sending, LeaseOwner: d.cfg.Owner, LeaseUntil: leaseUntil(c), KeepIfStale: true,
@@ -743,7 +743,7 @@ func fallbackLang(p store.Payload) string {
 // record writes one outcome through the state machine, conditionally on
 // still holding the lease. It runs even after the drain was told to stop:
 // an outcome we know must never be lost.
-func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result, dec retry.Decision, started, finished time.Time, note string) {
+func (d *drainer) record(c *store.Claimed, log *rowLog, res provider.Result, dec retry.Decision, started, finished time.Time, note string) {
 	cfg := d.cfg
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -830,7 +830,7 @@ func (d *drainer) record(c *store.Claimed, log *slog.Logger, res provider.Result
 }
 
 // recorded logs and counts what the store made of one outcome.
-func (d *drainer) recorded(log *slog.Logger, res provider.Result, dec retry.Decision, r store.TransitionResult) {
+func (d *drainer) recorded(log *rowLog, res provider.Result, dec retry.Decision, r store.TransitionResult) {
 	err := r.Err
 	switch {
 	case errors.Is(err, store.ErrStale):
@@ -929,3 +929,27 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	}
 }
+
+// rowLog is a claimed row's logger, made only when a line is written at an
+// enabled level: most rows write none (their outcome line is at debug
+// level), and slog's handlers format a logger's attributes (here the
+// masked recipient among them) when it is made, which cost every drained
+// row several allocations and a phone-number parse.
+type rowLog struct {
+	base *slog.Logger
+	c    *store.Claimed
+}
+
+func (r *rowLog) log(level slog.Level, msg string, args ...any) {
+	ctx := context.Background()
+	if !r.base.Enabled(ctx, level) {
+		return
+	}
+	c := r.c
+	r.base.With("id", c.ID, "key", c.Key, "to", recipient.Mask(c.Channel, c.To), "identity", c.Identity, "attempt", c.Attempts).
+		Log(ctx, level, msg, args...)
+}
+
+func (r *rowLog) Debug(msg string, args ...any) { r.log(slog.LevelDebug, msg, args...) }
+func (r *rowLog) Warn(msg string, args ...any)  { r.log(slog.LevelWarn, msg, args...) }
+func (r *rowLog) Error(msg string, args ...any) { r.log(slog.LevelError, msg, args...) }
