@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,9 +61,23 @@ const (
 	scaleChallenges = 50
 )
 
-// scaleSmall and scaleBig are the finished rows beside the drained ones:
-// twenty times more in the second measurement.
-var scaleSmall, scaleBig = 2000, 40000
+// scaleSizes are the finished rows beside the drained ones: twenty times
+// more in the second measurement. MSGQ_TEST_SCALE_SIZES=10000,1000000
+// runs it at other sizes (a one-off measurement; bench/README.md has its
+// figures).
+func scaleSizes(t *testing.T) (int, int) {
+	small, big := 2000, 40000
+	if v := os.Getenv("MSGQ_TEST_SCALE_SIZES"); v != "" {
+		a, b, ok := strings.Cut(v, ",")
+		var err1, err2 error
+		small, err1 = strconv.Atoi(a)
+		big, err2 = strconv.Atoi(b)
+		if !ok || err1 != nil || err2 != nil || small <= 20 || big < small {
+			t.Fatalf("MSGQ_TEST_SCALE_SIZES=%q: want two sizes, the smaller first (10000,1000000)", v)
+		}
+	}
+	return small, big
+}
 
 func TestDrainWorkPerMessageDoesNotGrowWithTheTableOnPostgres(t *testing.T) {
 	base := os.Getenv("MSGQ_TEST_POSTGRES_URL")
@@ -72,6 +87,7 @@ func TestDrainWorkPerMessageDoesNotGrowWithTheTableOnPostgres(t *testing.T) {
 		}
 		t.Skip("MSGQ_TEST_POSTGRES_URL is not set")
 	}
+	scaleSmall, scaleBig := scaleSizes(t)
 	for _, sc := range scaleScenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			small := measureDrain(t, base, sc, scaleSmall)
