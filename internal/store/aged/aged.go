@@ -39,8 +39,9 @@ type Shape struct {
 	// at any size.
 	InFlight int
 	// Identity sends every message (the drain's "sim" in tests). Its
-	// daily recipients (daily_recipients) are those of the last day:
-	// older ones are dropped by every claim under a daily limit.
+	// daily recipients (daily_recipients) are those of the day before
+	// the present (TriedAt, else Now): older ones would have been dropped
+	// by the claims under a daily limit since.
 	Identity string
 	// Endpoint, when set, has every message's sent and delivered events,
 	// delivered long ago (the endpoint row itself is the caller's).
@@ -71,6 +72,16 @@ func (sh Shape) triedMicros() int64 {
 		return 0
 	}
 	return sh.TriedAt.UnixMicro()
+}
+
+// dailySinceMicros is when the daily recipients' window starts, in µs:
+// a day before the present (TriedAt when set, else Now).
+func (sh Shape) dailySinceMicros() int64 {
+	present := sh.Now
+	if !sh.TriedAt.IsZero() {
+		present = sh.TriedAt
+	}
+	return present.Add(-24 * time.Hour).UnixMicro()
 }
 
 // startMicros is when the first message was created.
@@ -183,7 +194,7 @@ func Postgres(ctx context.Context, conn *pgx.Conn, schema string, sh Shape) erro
 		SELECT identity, '+1444' || lpad((g % 200000)::text, 7, '0'), max(created) FROM aged_src GROUP BY 1, 2`,
 		`INSERT INTO daily_recipients (identity, recipient, last_at)
 		SELECT identity, '+1444' || lpad((g % 200000)::text, 7, '0'), max(created) FROM aged_src
-		WHERE created > (SELECT max(created) FROM aged_src) - interval '23 hours' GROUP BY 1, 2`,
+		WHERE created > to_timestamp(` + fmt.Sprint(sh.dailySinceMicros()) + ` / 1e6) GROUP BY 1, 2`,
 		`INSERT INTO daily_counts (identity, recipients) SELECT identity, count(*) FROM daily_recipients GROUP BY identity`,
 		`INSERT INTO opt_outs (identity, recipient, opted_out, source, changed_at, recorded_at)
 		SELECT identity, '+1444' || lpad((g % 200000)::text, 7, '0'), true, 'inbound STOP', max(created), max(created)
@@ -355,7 +366,7 @@ func SQLite(ctx context.Context, db *sql.DB, sh Shape) error {
 		SELECT ?5, ` + rcpt + `, max(created) FROM temp.aged_src GROUP BY 2`,
 		`INSERT INTO daily_recipients (identity, recipient, last_at)
 		SELECT ?5, ` + rcpt + `, max(created) FROM temp.aged_src
-		WHERE created > (SELECT max(created) FROM temp.aged_src) - 23 * 3600 * ?7 GROUP BY 2`,
+		WHERE created > ` + fmt.Sprint(sh.dailySinceMicros()) + ` GROUP BY 2`,
 		`INSERT INTO opt_outs (identity, recipient, opted_out, source, changed_at, recorded_at)
 		SELECT ?5, ` + rcpt + `, 1, 'inbound STOP', max(created), max(created)
 		FROM temp.aged_src WHERE g % 100 = 7 GROUP BY 2`,
