@@ -104,7 +104,10 @@ func TestAFrozenDrainWakesUpToGiveRowsBackNeverToCall(t *testing.T) {
 }
 
 func frozenDrain(t *testing.T, kind string) {
-	const n = 120 // 30 per identity, as before: at 3/s, ten seconds of calls to freeze in
+	// 50 per identity: at 3/s, seventeen seconds of calls to freeze in.
+	// (With 30, a loaded CI machine's ten tries, 1.7 s apart, once ran
+	// past the last call without a right moment.)
+	const n = 200
 	ctx := context.Background()
 	// Latency longer than the pacing interval (3/s and 10% headroom:
 	// 367 ms): at any moment a call of each identity is in flight, so the
@@ -199,12 +202,14 @@ identities:
 		// Every kind held; uncalled rows of both wa and sm (to resolve
 		// and cancel), and a call in flight.
 		uncalledAll := uncalled["wa"] + uncalled["sm"] + uncalled["tw"] + uncalled["mail"]
+		writable := writableNow(t, e.msgqEnv)
 		if uncalled["wa"] > 0 && uncalled["sm"] > 0 && perIdentity["tw"] > 0 && perIdentity["mail"] > 0 &&
-			len(held) > uncalledAll && writableNow(t, e.msgqEnv) {
+			len(held) > uncalledAll && writable {
 			break
 		}
+		t.Logf("freeze %d: not the moment (%v held, %v uncalled, store writable %v)", try, perIdentity, uncalled, writable)
 		if try == 10 {
-			t.Fatalf("ten freezes, none holding rows of every identity, uncalled ones of wa and sm, and a call in flight (last: %v held, %v uncalled)",
+			t.Fatalf("eleven freezes, none holding rows of every identity, uncalled ones of wa and sm, and a call in flight (last: %v held, %v uncalled)",
 				perIdentity, uncalled)
 		}
 		if err := d.cmd.Process.Signal(syscall.SIGCONT); err != nil {

@@ -35,6 +35,16 @@ type Table struct {
 	HotUpdated  int64
 	IndexScans  int64
 	LiveRowsEst int64 // n_live_tup: the table's size, for reports
+	// Indexes is the work through each index, by index name: where a
+	// table's rows by index came from, for a failure message.
+	Indexes map[string]Index
+}
+
+// Index is the work done through one index.
+type Index struct {
+	Scans   int64 // scans started
+	Read    int64 // index entries returned (idx_tup_read)
+	Fetched int64 // live rows fetched from the table through it (idx_tup_fetch)
 }
 
 // Work is a schema's counts at one moment, by table.
@@ -69,6 +79,15 @@ func (w Work) Sub(before Work) Work {
 			Deleted: a.Deleted - b.Deleted, HotUpdated: a.HotUpdated - b.HotUpdated, IndexScans: a.IndexScans - b.IndexScans,
 			LiveRowsEst: a.LiveRowsEst,
 		}
+		if len(a.Indexes) > 0 {
+			t := out[name]
+			t.Indexes = map[string]Index{}
+			for ix, ai := range a.Indexes {
+				bi := b.Indexes[ix]
+				t.Indexes[ix] = Index{Scans: ai.Scans - bi.Scans, Read: ai.Read - bi.Read, Fetched: ai.Fetched - bi.Fetched}
+			}
+			out[name] = t
+		}
 	}
 	return out
 }
@@ -88,6 +107,17 @@ func (w Work) String() string {
 		t := w[name]
 		fmt.Fprintf(&b, "  %-20s seq scans %d reading %d rows, %d rows by index (%d scans), %d buffers, %d inserted, %d updated\n",
 			name, t.SeqScans, t.SeqRows, t.IndexRows, t.IndexScans, t.Blocks, t.Inserted, t.Updated)
+		var ixs []string
+		for ix, i := range t.Indexes {
+			if i.Scans != 0 || i.Read != 0 {
+				ixs = append(ixs, ix)
+			}
+		}
+		sort.Strings(ixs)
+		for _, ix := range ixs {
+			i := t.Indexes[ix]
+			fmt.Fprintf(&b, "      %-30s %d scans, %d entries read, %d rows fetched\n", ix, i.Scans, i.Read, i.Fetched)
+		}
 	}
 	return b.String()
 }
@@ -118,6 +148,28 @@ func Read(ctx context.Context, conn *pgx.Conn, schema string) (Work, error) {
 			return nil, fmt.Errorf("pgwork: %w", err)
 		}
 		w[name] = t
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("pgwork: %w", err)
+	}
+	rs, err = conn.Query(ctx, `SELECT relname, indexrelname, idx_scan, idx_tup_read, idx_tup_fetch
+	FROM pg_stat_user_indexes WHERE schemaname = $1`, schema)
+	if err != nil {
+		return nil, fmt.Errorf("pgwork: %w", err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		var table, name string
+		var i Index
+		if err := rs.Scan(&table, &name, &i.Scans, &i.Read, &i.Fetched); err != nil {
+			return nil, fmt.Errorf("pgwork: %w", err)
+		}
+		t := w[table]
+		if t.Indexes == nil {
+			t.Indexes = map[string]Index{}
+		}
+		t.Indexes[name] = i
+		w[table] = t
 	}
 	if err := rs.Err(); err != nil {
 		return nil, fmt.Errorf("pgwork: %w", err)
