@@ -1,3 +1,5 @@
+//go:build full
+
 package cli_test
 
 import (
