@@ -30,7 +30,35 @@ func TestMain(m *testing.M) {
 	if !strings.Contains(os.Getenv("GORACE"), "atexit_sleep_ms") {
 		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=10"))
 	}
-	testscript.Main(m, map[string]func(){"msgq": func() { os.Exit(cli.Main()) }})
+	testscript.Main(cleanEnv{m}, map[string]func(){"msgq": func() { os.Exit(cli.Main()) }})
+}
+
+// cleanEnv runs the tests (not msgq, when the binary runs as msgq: the
+// tests set its environment) without what would steer msgq from the
+// environment of whoever runs them: MSGQ_ settings and the clock offset
+// hook, libpq's PG defaults, and their own config file and store (the XDG
+// directories point into a temporary directory). No test then depends on
+// a variable being unset. The harness's own MSGQ_TEST_ variables (the
+// PostgreSQL, pooler and MTA addresses) stay.
+type cleanEnv struct{ m *testing.M }
+
+func (c cleanEnv) Run() int {
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		steers := strings.HasPrefix(k, "MSGQ_") && (!strings.HasPrefix(k, "MSGQ_TEST_") || k == "MSGQ_TEST_CLOCK_OFFSET")
+		if steers || strings.HasPrefix(k, "PG") {
+			os.Unsetenv(k)
+		}
+	}
+	dir, err := os.MkdirTemp("", "msgq-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "config"))
+	os.Setenv("XDG_DATA_HOME", filepath.Join(dir, "data"))
+	return c.m.Run()
 }
 
 // TestScripts runs the end-to-end scripts in testdata/script: each reads
