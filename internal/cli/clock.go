@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/duration"
 	"github.com/msgq/msgq/internal/store"
 )
 
@@ -50,7 +51,7 @@ func addClockWarnFlag(cmd *cobra.Command) {
 
 // clockWarn parses the clock_warn setting.
 func (c *config) clockWarn() (time.Duration, error) {
-	d, err := parseDuration(c.ClockWarn)
+	d, err := duration.Parse(c.ClockWarn)
 	if err != nil || d <= 0 {
 		return 0, usagef("--%s (clock_warn) %q: want a positive duration like 2s", clockWarnFlag, c.ClockWarn)
 	}
@@ -128,7 +129,7 @@ func (w *clockWatch) measure(ctx context.Context) error {
 			side = "behind"
 		}
 		fmt.Fprintf(w.stderr, "msgq: warning: this host's clock is %s %s the store's (database server's) clock (offset %+.3fs, threshold %s); "+
-			"msgq decides on the server's clock, but fix this host's time sync\n", human(abs(off)), side, off.Seconds(), w.warnAt)
+			"msgq decides on the server's clock, but fix this host's time sync\n", duration.Human(abs(off)), side, off.Seconds(), w.warnAt)
 	}
 	if w.noRecord {
 		return nil

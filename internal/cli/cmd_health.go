@@ -10,106 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/duration"
+	"github.com/msgq/msgq/internal/health"
 	"github.com/msgq/msgq/internal/store"
 )
-
-// healthSettings are health's thresholds as the user wrote them (flag, env
-// or the config file's health: section, resolved in config.go); "" is not
-// set.
-type healthSettings struct {
-	MaxOldestQueued     string
-	MaxStuck            string
-	MaxUnknown          string
-	MaxSendingPastLease string
-	// Vitals are the thresholds on the vital signs, by config key
-	// (stats_vitals.go: vitalThresholds); Window and NoProgressAfter the
-	// spans they are measured over.
-	Vitals                  map[string]string
-	Window, NoProgressAfter string
-	MaxClockOffset          string
-	// MaxDailyShare is the share of an identity's daily unique-recipient
-	// limit that may be used (health_daily.go).
-	MaxDailyShare string
-}
-
-// threshold is one parsed limit: a count, or an age in nanoseconds.
-type threshold struct {
-	name  string // the config key, also the check's name in JSON
-	flag  string
-	isAge bool
-	// isShare: max (and the value) are a share of a limit in thousandths.
-	isShare bool
-	max     int64
-}
-
-// thresholds parses the settings; at least one must be given.
-func (h healthSettings) thresholds() ([]threshold, error) {
-	var out []threshold
-	all := []struct {
-		name, flag, v string
-		isAge         bool
-	}{
-		{"max_oldest_queued", "max-oldest-queued", h.MaxOldestQueued, true},
-		{"max_stuck", "max-stuck", h.MaxStuck, false},
-		{"max_unknown", "max-unknown", h.MaxUnknown, false},
-		{"max_sending_past_lease", "max-sending-past-lease", h.MaxSendingPastLease, false},
-		{"max_clock_offset", "max-clock-offset", h.MaxClockOffset, true},
-	}
-	for _, t := range vitalThresholds {
-		all = append(all, struct {
-			name, flag, v string
-			isAge         bool
-		}{t.name, strings.ReplaceAll(t.name, "_", "-"), h.Vitals[t.name], t.isAge})
-	}
-	for _, s := range all {
-		if s.v == "" {
-			continue
-		}
-		t := threshold{name: s.name, flag: s.flag, isAge: s.isAge}
-		if s.isAge {
-			d, err := parseAge(s.v)
-			if err != nil {
-				return nil, usagef("--%s (health.%s) %q: %v", s.flag, s.name, s.v, err)
-			}
-			t.max = int64(d)
-		} else {
-			n, err := strconv.ParseInt(s.v, 10, 64)
-			if err != nil || n < 0 {
-				return nil, usagef("--%s (health.%s) %q: want a count of 0 or more", s.flag, s.name, s.v)
-			}
-			t.max = n
-		}
-		out = append(out, t)
-	}
-	if h.MaxDailyShare != "" {
-		t, err := dailyShareThreshold(h.MaxDailyShare)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	if len(out) == 0 {
-		return nil, usagef("no thresholds: give at least one of --max-oldest-queued, --max-stuck, --max-unknown, " +
-			"--max-sending-past-lease, --max-clock-offset or another --max-* flag of msgq health --help (or set them in the config file's health: section)")
-	}
-	return out, nil
-}
-
-// healthCheck is one threshold checked. Field names are a JSON contract.
-type healthCheck struct {
-	Name    string `json:"name"`    // the threshold, as in the config file (max_stuck)
-	Value   int64  `json:"value"`   // a count, or an age in nanoseconds
-	Max     int64  `json:"max"`     // the same unit
-	Crossed bool   `json:"crossed"` // value > max
-	Message string `json:"message"` // for people; empty when not crossed
-}
-
-// healthResult is what `health -o json` prints.
-type healthResult struct {
-	OK     bool          `json:"ok"`
-	At     time.Time     `json:"at"`
-	Checks []healthCheck `json:"checks"`
-}
 
 func newHealthCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
@@ -189,11 +93,11 @@ Config file:
   */5 * * * *  msgq health --max-oldest-queued 10m --max-stuck 0 || alert "msgq: health"`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ts, err := a.cfg.Health.thresholds()
+			ts, err := health.Parse(a.cfg.Health)
 			if err != nil {
 				return err
 			}
-			if _, _, err := vitalWindows(a.cfg.Health); err != nil {
+			if _, _, err := health.Windows(a.cfg.Health); err != nil {
 				return err
 			}
 			return runHealth(cmd.Context(), a, ts)
@@ -206,12 +110,12 @@ Config file:
 	f.String("max-stuck", "", "at most `N` rows in sending past their lease plus unknown [MSGQ_HEALTH_MAX_STUCK]")
 	f.String("max-unknown", "", "at most `N` rows in unknown [MSGQ_HEALTH_MAX_UNKNOWN]")
 	f.String("max-sending-past-lease", "", "at most `N` rows in sending whose lease has expired [MSGQ_HEALTH_MAX_SENDING_PAST_LEASE]")
-	for _, t := range vitalThresholds {
+	for _, t := range health.Vitals {
 		unit := "at most `N` "
-		if t.isAge {
+		if t.IsAge {
 			unit = "at most `D` (e.g. 2m): "
 		}
-		f.String(strings.ReplaceAll(t.name, "_", "-"), "", unit+t.help+" [MSGQ_HEALTH_"+strings.ToUpper(t.name)+"]")
+		f.String(strings.ReplaceAll(t.Name, "_", "-"), "", unit+t.Help+" [MSGQ_HEALTH_"+strings.ToUpper(t.Name)+"]")
 	}
 	f.String("window", "", "the span `D` of the recent figures (default 1h; e.g. 30m, 1d) [MSGQ_HEALTH_WINDOW]")
 	f.String("no-progress-after", "", "how long `D` a sent row may wait for a status (default 15m) [MSGQ_HEALTH_NO_PROGRESS_AFTER]")
@@ -220,7 +124,7 @@ Config file:
 	return cmd
 }
 
-func runHealth(ctx context.Context, a *app, ts []threshold) error {
+func runHealth(ctx context.Context, a *app, ts []health.Threshold) error {
 	st, err := a.store(ctx)
 	if err != nil {
 		return err
@@ -229,8 +133,8 @@ func runHealth(ctx context.Context, a *app, ts []threshold) error {
 	// the smallest window keeps those queries from costing anything.
 	p := &store.StatsParams{Window: store.Resolution}
 	for _, t := range ts {
-		if _, ok := a.cfg.Health.Vitals[t.name]; ok {
-			p.Window, p.NoProgressAfter, _ = vitalWindows(a.cfg.Health)
+		if t.IsVital() {
+			p.Window, p.NoProgressAfter, _ = health.Windows(a.cfg.Health)
 			p.ProgressIdentities = progressIdentities(a.cfg.Identities)
 		}
 	}
@@ -238,43 +142,15 @@ func runHealth(ctx context.Context, a *app, ts []threshold) error {
 	if err != nil {
 		return err
 	}
-	un := unsendable(a.cfg.Identities, s.Counts)
-	res := healthResult{OK: true, At: s.At, Checks: []healthCheck{}}
-	for _, t := range ts {
-		c := healthCheck{Name: t.name, Max: t.max}
-		switch t.name {
-		case "max_oldest_queued":
-			age := oldestAge(s)
-			c.Value = int64(age)
-			c.Message = fmt.Sprintf("oldest eligible queued row is %s old (max %s)", human(age), human(time.Duration(t.max)))
-		case "max_stuck":
-			c.Value = int64(s.SendingPastLease + s.Unknown)
-			c.Message = fmt.Sprintf("%s stuck: %d in sending past the lease, %d unknown (max %d)",
-				nRows(c.Value), s.SendingPastLease, s.Unknown, t.max)
-		case "max_unknown":
-			c.Value = int64(s.Unknown)
-			c.Message = fmt.Sprintf("%s in unknown (max %d)", nRows(c.Value), t.max)
-		case "max_sending_past_lease":
-			c.Value = int64(s.SendingPastLease)
-			c.Message = fmt.Sprintf("%s in sending past the lease (max %d)", nRows(c.Value), t.max)
-		case dailyShareName:
-			c.Value, c.Message, err = dailyShareCheck(ctx, st, a.cfg.Identities, t.max)
-			if err != nil {
-				return err
-			}
-		case "max_clock_offset":
-			c.Value = int64(abs(s.ClockOffset))
-			c.Message = fmt.Sprintf("clock of %s is %+.3fs off the store's clock (max %s)", s.ClockOffsetProcess,
-				s.ClockOffset.Seconds(), human(time.Duration(t.max)))
-		default:
-			c.Value, c.Message, _ = vitalCheck(t.name, t.max, s, un)
-		}
-		c.Crossed = c.Value > c.Max
-		if !c.Crossed {
-			c.Message = ""
-		}
-		res.OK = res.OK && !c.Crossed
-		res.Checks = append(res.Checks, c)
+	res, err := health.Evaluate(ts, health.Input{
+		Stats:      s,
+		Unsendable: unsendable(a.cfg.Identities, s.Counts),
+		DailyShare: func(max int64) (int64, string, error) {
+			return dailyShareCheck(ctx, st, a.cfg.Identities, max)
+		},
+	})
+	if err != nil {
+		return err
 	}
 	if a.cfg.Output == outJSON {
 		err = printJSON(a.ios.Out, res)
@@ -297,29 +173,21 @@ func runHealth(ctx context.Context, a *app, ts []threshold) error {
 	return nil
 }
 
-// nRows is "1 row" or "N rows".
-func nRows(n int64) string {
-	if n == 1 {
-		return "1 row"
-	}
-	return strconv.FormatInt(n, 10) + " rows"
-}
-
-func printHealth(w io.Writer, ts []threshold, r *healthResult) error {
+func printHealth(w io.Writer, ts []health.Threshold, r *health.Result) error {
 	table := make([][]string, 0, len(r.Checks))
 	for i, c := range r.Checks {
 		value, limit := strconv.FormatInt(c.Value, 10), strconv.FormatInt(c.Max, 10)
 		switch {
-		case ts[i].isAge:
-			value, limit = human(time.Duration(c.Value)), human(time.Duration(c.Max))
-		case ts[i].isShare:
-			value, limit = permille(c.Value), permille(c.Max)
+		case ts[i].IsAge:
+			value, limit = duration.Human(time.Duration(c.Value)), duration.Human(time.Duration(c.Max))
+		case ts[i].IsShare:
+			value, limit = health.Permille(c.Value), health.Permille(c.Max)
 		}
 		status := "ok"
 		if c.Crossed {
 			status = "CROSSED"
 		}
-		table = append(table, []string{"--" + ts[i].flag, value, limit, status})
+		table = append(table, []string{"--" + ts[i].Flag, value, limit, status})
 	}
 	return printTable(w, []string{"CHECK", "VALUE", "MAX", "STATUS"}, table)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/duration"
 	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -73,7 +74,7 @@ func addressFlag(name, v, region string, cfg *config) (string, error) {
 
 // parseSince reads an RFC 3339 time or a duration ago ("1h": the last hour).
 func parseSince(v string, now time.Time) (time.Time, error) {
-	if d, err := parseDuration(v); err == nil {
+	if d, err := duration.Parse(v); err == nil {
 		if d < 0 {
 			d = -d
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/duration"
 	"github.com/msgq/msgq/internal/store"
 )
 
@@ -43,7 +44,7 @@ func (o *purgeOptions) params(now time.Time, cfg *config) (*store.PurgeParams, e
 	if o.olderThan == "" {
 		return nil, usagef("--older-than is required (e.g. --older-than 90d)")
 	}
-	age, err := parseAge(o.olderThan)
+	age, err := duration.ParseAge(o.olderThan)
 	if err != nil {
 		return nil, usagef("--older-than %q: %v", o.olderThan, err)
 	}

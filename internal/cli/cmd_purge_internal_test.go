@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/msgq/msgq/internal/duration"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -38,12 +39,12 @@ func TestParseAgeReadsGoDurationsAndDays(t *testing.T) {
 		{in: "106752d", err: "want a duration like 90d, 36h or 30m"},
 		{in: "106751d23h59m", err: "too long"},
 	} {
-		got, err := parseAge(c.in)
+		got, err := duration.ParseAge(c.in)
 		switch {
 		case c.err != "" && (err == nil || err.Error() != c.err):
-			t.Errorf("parseAge(%q) = %v, %v; want error %q", c.in, got, err, c.err)
+			t.Errorf("duration.ParseAge(%q) = %v, %v; want error %q", c.in, got, err, c.err)
 		case c.err == "" && (err != nil || got != c.want):
-			t.Errorf("parseAge(%q) = %v, %v; want %v", c.in, got, err, c.want)
+			t.Errorf("duration.ParseAge(%q) = %v, %v; want %v", c.in, got, err, c.want)
 		}
 	}
 }
@@ -67,8 +68,8 @@ func TestEveryDurationFlagTakesTheOneGrammar(t *testing.T) {
 			} else if f.Value.String() != (36 * time.Hour).String() {
 				t.Errorf("%s --%s 1d12h = %s", c.CommandPath(), f.Name, f.Value.String())
 			}
-			if err := f.Value.Set("1x"); err == nil || err.Error() != errDurationSyntax.Error() {
-				t.Errorf("%s --%s 1x: %v, want %q", c.CommandPath(), f.Name, err, errDurationSyntax)
+			if err := f.Value.Set("1x"); err == nil || err.Error() != duration.ErrSyntax.Error() {
+				t.Errorf("%s --%s 1x: %v, want %q", c.CommandPath(), f.Name, err, duration.ErrSyntax)
 			}
 		})
 		for _, s := range c.Commands() {
@@ -85,13 +86,13 @@ func TestEveryDurationFlagTakesTheOneGrammar(t *testing.T) {
 
 func TestParseDurationIsSignedAndParseAgeIsNot(t *testing.T) {
 	t.Parallel()
-	if d, err := parseDuration("-1d2h"); err != nil || d != -26*time.Hour {
-		t.Errorf("parseDuration(-1d2h) = %v, %v", d, err)
+	if d, err := duration.Parse("-1d2h"); err != nil || d != -26*time.Hour {
+		t.Errorf("duration.Parse(-1d2h) = %v, %v", d, err)
 	}
-	if _, err := parseDuration("--1d"); err == nil {
-		t.Errorf("parseDuration(--1d) accepted")
+	if _, err := duration.Parse("--1d"); err == nil {
+		t.Errorf("duration.Parse(--1d) accepted")
 	}
-	if _, err := parseAge("-1d2h"); err == nil {
-		t.Errorf("parseAge(-1d2h) accepted")
+	if _, err := duration.ParseAge("-1d2h"); err == nil {
+		t.Errorf("duration.ParseAge(-1d2h) accepted")
 	}
 }

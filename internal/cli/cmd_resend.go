@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/duration"
 	"github.com/msgq/msgq/internal/operator"
 	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/store"
@@ -40,7 +41,7 @@ func (o *resendOptions) Validate() error {
 		return &store.InvalidError{Field: "text", Msg: "is not valid UTF-8"}
 	}
 	if o.expiresIn != "" {
-		d, err := parseDuration(o.expiresIn)
+		d, err := duration.Parse(o.expiresIn)
 		if err != nil {
 			return &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%q is not a duration like 90s, 15m, 24h or 2d", o.expiresIn)}
 		}

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/duration"
+	"github.com/msgq/msgq/internal/health"
 	"github.com/msgq/msgq/internal/retry"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -109,7 +111,7 @@ into the collector's directory, so that node_exporter never reads half a file.
 	}
 	cmd.Flags().DurationVar(&o.window, "window", store.DefaultStatsWindow, "the span of the recent figures (attempts by class, deliveries)")
 	// A string, resolved with health's setting of the same name in
-	// config.go (health.no_progress_after) and parsed by vitalWindows.
+	// config.go (health.no_progress_after) and parsed by health.Windows.
 	cmd.Flags().String("no-progress-after", "", "how long `D` a sent row may wait for a delivered or read status (default 15m) [MSGQ_HEALTH_NO_PROGRESS_AFTER]")
 	return cmd
 }
@@ -123,7 +125,7 @@ type statsResult struct {
 	OldestEligibleAge *time.Duration `json:"oldest_eligible_age_ns"`
 	// QueuedUnsendable are the identities with queued rows that cannot
 	// be sent from this environment (stats_vitals.go).
-	QueuedUnsendable []unsendableQueue `json:"queued_unsendable"`
+	QueuedUnsendable []health.Unsendable `json:"queued_unsendable"`
 	// Events is the outbox of status events to the applications'
 	// endpoints (docs/events.md).
 	Events eventStats `json:"events"`
@@ -146,7 +148,7 @@ func (e *eventStats) age() time.Duration {
 }
 
 func runStats(ctx context.Context, a *app, o *statsOptions) error {
-	_, noProgress, err := vitalWindows(healthSettings{NoProgressAfter: a.cfg.Health.NoProgressAfter})
+	_, noProgress, err := health.Windows(health.Settings{NoProgressAfter: a.cfg.Health.NoProgressAfter})
 	if err != nil {
 		return err
 	}
@@ -175,7 +177,7 @@ func runStats(ctx context.Context, a *app, o *statsOptions) error {
 		res.Events.OldestPendingAge = &age
 	}
 	if s.OldestEligible != nil {
-		age := oldestAge(s)
+		age := health.OldestAge(s)
 		res.OldestEligibleAge = &age
 	}
 	switch a.cfg.Output {
@@ -185,15 +187,6 @@ func runStats(ctx context.Context, a *app, o *statsOptions) error {
 		return printPrometheus(a.ios.Out, s, res.QueuedUnsendable, &res.Events)
 	}
 	return printStats(a.ios.Out, &res)
-}
-
-// oldestAge is how long the oldest eligible queued row has been due (zero
-// when none is).
-func oldestAge(s *store.Stats) time.Duration {
-	if s.OldestEligible == nil {
-		return 0
-	}
-	return max(0, s.At.Sub(*s.OldestEligible))
 }
 
 func printStats(w io.Writer, r *statsResult) error {
@@ -235,16 +228,16 @@ func printStats(w io.Writer, r *statsResult) error {
 	s := r.Stats
 	oldest := "none"
 	if s.OldestEligible != nil {
-		oldest = fmt.Sprintf("%s (due since %s)", human(oldestAge(s)), stamp(*s.OldestEligible))
+		oldest = fmt.Sprintf("%s (due since %s)", duration.Human(health.OldestAge(s)), stamp(*s.OldestEligible))
 	}
 	var classes []string
 	for _, c := range slices.Sorted(maps.Keys(s.AttemptsByClass)) {
 		classes = append(classes, fmt.Sprintf("%s %d", c, s.AttemptsByClass[c]))
 	}
-	win := human(s.Window)
+	win := duration.Human(s.Window)
 	delivered := strconv.Itoa(s.Delivered)
 	if s.Delivered > 0 {
-		delivered += fmt.Sprintf(" (sent to delivered: p50 %s, p95 %s)", human(s.DeliveryP50), human(s.DeliveryP95))
+		delivered += fmt.Sprintf(" (sent to delivered: p50 %s, p95 %s)", duration.Human(s.DeliveryP50), duration.Human(s.DeliveryP95))
 	}
 	return printTable(w, nil, append([][]string{
 		{"oldest eligible queued", oldest},
@@ -271,7 +264,7 @@ func printStats(w io.Writer, r *statsResult) error {
 func eventsLine(e *eventStats) string {
 	line := fmt.Sprintf("%d pending, %d dead", e.Pending, e.Dead)
 	if e.OldestPendingAt != nil {
-		line += fmt.Sprintf(" (oldest pending %s old)", human(e.age()))
+		line += fmt.Sprintf(" (oldest pending %s old)", duration.Human(e.age()))
 	}
 	return line
 }
@@ -280,34 +273,15 @@ func eventsLine(e *eventStats) string {
 // process that measured it.
 func clockOffsetText(s *store.Stats) string {
 	if s.ClockOffsetProcess == "" {
-		return "0s (none measured in the last " + human(store.ClockOffsetRecent) + ")"
+		return "0s (none measured in the last " + duration.Human(store.ClockOffsetRecent) + ")"
 	}
 	return fmt.Sprintf("%+.3fs (%s)", s.ClockOffset.Seconds(), s.ClockOffsetProcess)
-}
-
-// human rounds a duration for people: to the second from ten seconds up,
-// to the millisecond below, and drops a trailing "0s" ("5m0s" is "5m").
-func human(d time.Duration) string {
-	switch {
-	case d >= 10*time.Second:
-		d = d.Round(time.Second)
-	case d >= time.Millisecond:
-		d = d.Round(time.Millisecond)
-	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 // printPrometheus writes the figures in the Prometheus text exposition
 // format: a registry of gauges (and the replay counter), gathered and
 // encoded by the Prometheus libraries.
-func printPrometheus(w io.Writer, s *store.Stats, un []unsendableQueue, ev *eventStats) error {
+func printPrometheus(w io.Writer, s *store.Stats, un []health.Unsendable, ev *eventStats) error {
 	reg := prometheus.NewPedanticRegistry()
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
@@ -364,7 +338,7 @@ func printPrometheus(w io.Writer, s *store.Stats, un []unsendableQueue, ev *even
 		Set(float64(s.ProviderIDCollisions))
 	gauge("msgq_oldest_eligible_queued_age_seconds",
 		"How long the oldest eligible queued message (due, within its deadline, identity not paused) has been due; 0 when none is.").
-		Set(oldestAge(s).Seconds())
+		Set(health.OldestAge(s).Seconds())
 	gauge("msgq_sending_past_lease", "Messages in sending whose lease has expired (a drain died mid-call).").
 		Set(float64(s.SendingPastLease))
 	gauge("msgq_recent_deliveries", "Messages delivered within the window.").Set(float64(s.Delivered))

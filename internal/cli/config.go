@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/go-viper/mapstructure/v2"
+	"github.com/msgq/msgq/internal/health"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -28,7 +29,7 @@ type config struct {
 	ConfigFile      string // the file read, if any
 	// Health are health's thresholds as written ("" when not set); the
 	// health command parses them (cmd_health.go).
-	Health healthSettings
+	Health health.Settings
 	// ClockWarn is the clock offset past which drain, reconcile and
 	// webhook serve warn, as written (clock.go parses it).
 	ClockWarn string
@@ -123,7 +124,7 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 		DefaultIdentity: v.GetString("default_identity"),
 		Region:          v.GetString("region"),
 		ConfigFile:      path,
-		Health: healthSettings{
+		Health: health.Settings{
 			MaxOldestQueued:     v.GetString("health.max_oldest_queued"),
 			MaxStuck:            v.GetString("health.max_stuck"),
 			MaxUnknown:          v.GetString("health.max_unknown"),
@@ -136,8 +137,8 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 		},
 		ClockWarn: v.GetString("clock_warn"),
 	}
-	for _, t := range vitalThresholds {
-		cfg.Health.Vitals[t.name] = v.GetString("health." + t.name)
+	for _, t := range health.Vitals {
+		cfg.Health.Vitals[t.Name] = v.GetString("health." + t.Name)
 	}
 	var raw map[string]identityConfig
 	// A misspelt identity field (token_evn) is refused like a misspelt key.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/msgq/msgq/internal/health"
 	"github.com/msgq/msgq/internal/operator"
 	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/recipient"
@@ -49,14 +50,15 @@ func (e *exitError) Error() string { return e.msg }
 // exitCode is the one place errors become exit codes.
 func exitCode(err error) int {
 	var (
-		ue *usageError
-		ie *store.InvalidError
-		pe *phone.Error
-		re *recipient.Error
-		ee *exitError
-		se *storeopen.URLError
-		ok *operator.OwnKeyError
-		or *operator.RefusedError
+		ue  *usageError
+		ie  *store.InvalidError
+		pe  *phone.Error
+		re  *recipient.Error
+		ee  *exitError
+		se  *storeopen.URLError
+		ok  *operator.OwnKeyError
+		or  *operator.RefusedError
+		hen *health.SettingError
 	)
 	switch {
 	case err == nil:
@@ -75,7 +77,7 @@ func exitCode(err error) int {
 		// before anything is looked up); it is a lookup that failed.
 		return ExitError
 	case errors.As(err, &ue), errors.As(err, &ie), errors.As(err, &pe), errors.As(err, &re),
-		errors.As(err, &se), errors.As(err, &ok):
+		errors.As(err, &se), errors.As(err, &ok), errors.As(err, &hen):
 		return ExitUsage
 	}
 	return ExitError

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/msgq/msgq/internal/drain"
+	"github.com/msgq/msgq/internal/duration"
 	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/provider/kinds"
 	"github.com/msgq/msgq/internal/quiet"
@@ -228,7 +229,7 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 		id.Window = settings.ServiceWindow()
 	case "off":
 	default:
-		d, err := parseDuration(ic.ServiceWindow)
+		d, err := duration.Parse(ic.ServiceWindow)
 		if err != nil || d <= 0 {
 			return nil, fmt.Errorf("service_window %q is not a duration like 24h (or off)", ic.ServiceWindow)
 		}
@@ -278,7 +279,7 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 		return nil, fmt.Errorf("pacing_headroom %v must be a share in [0, 1), e.g. 0.1", h)
 	}
 	if perRcpt != "" && perRcpt != settingOff {
-		d, err := parseDuration(perRcpt)
+		d, err := duration.Parse(perRcpt)
 		if err != nil || d < 0 {
 			return nil, fmt.Errorf("per_recipient_interval %q is not a duration like 6s (or off)", perRcpt)
 		}
@@ -296,7 +297,7 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 		if f.v == "" {
 			continue
 		}
-		d, err := parseDuration(f.v)
+		d, err := duration.Parse(f.v)
 		if err != nil {
 			return nil, fmt.Errorf("%s %q is not a duration like 5s", f.key, f.v)
 		}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/msgq/msgq/internal/health"
 )
 
 // TestIdentitiesJSONFieldsArePinned pins identities -o json (docs/json.md)
@@ -20,7 +22,7 @@ func TestIdentitiesJSONFieldsArePinned(t *testing.T) {
 		{"an identity", identityRow{}, []string{"channels", "configured", "daily_recipients_limit", "daily_recipients_used", "last_notice", "missing_env", "name", "paused", "paused_at", "paused_reason",
 			"per_recipient_default", "per_recipient_interval", "provider", "queued", "quiet_hours", "quiet_zone", "rate", "rate_default", "sending", "sends_here",
 			"service_window", "template_holds", "unknown", "webhooks"}},
-		{"a queue that cannot send from here", unsendableQueue{}, []string{"identity", "queued", "why"}},
+		{"a queue that cannot send from here", health.Unsendable{}, []string{"identity", "queued", "why"}},
 	} {
 		if got := jsonKeys(t, tc.v); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: JSON fields %v, want %v", tc.name, got, tc.want)

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/msgq/msgq/internal/duration"
 	"github.com/msgq/msgq/internal/mailtemplate"
 	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/recipient"
@@ -148,7 +149,7 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	if s.NotBefore != "" {
 		if t, err := time.Parse(time.RFC3339, s.NotBefore); err == nil {
 			p.NotBefore = t
-		} else if d, err := parseDuration(s.NotBefore); err == nil {
+		} else if d, err := duration.Parse(s.NotBefore); err == nil {
 			p.NotBeforeIn = d
 		} else {
 			return p, &store.InvalidError{Field: "not_before", Msg: fmt.Sprintf("%q is neither an RFC 3339 time nor a duration like 10m", s.NotBefore)}
@@ -158,7 +159,7 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	case s.ExpiresIn != "" && s.ExpiresAt != "":
 		return p, &store.InvalidError{Field: "expires_in", Msg: "give expires_in or expires_at, not both"}
 	case s.ExpiresIn != "":
-		d, err := parseDuration(s.ExpiresIn)
+		d, err := duration.Parse(s.ExpiresIn)
 		if err != nil {
 			return p, &store.InvalidError{Field: "expires_in", Msg: fmt.Sprintf("%q is not a duration like 90s, 15m, 24h or 2d", s.ExpiresIn)}
 		}
@@ -287,7 +288,7 @@ func parseWhen(v string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, v); err == nil {
 		return t, nil
 	}
-	if d, err := parseDuration(v); err == nil {
+	if d, err := duration.Parse(v); err == nil {
 		return now.Add(d), nil
 	}
 	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time nor a duration like 10m or 1d", v)

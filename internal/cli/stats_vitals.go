@@ -6,10 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/msgq/msgq/internal/duration"
+	"github.com/msgq/msgq/internal/health"
 	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -19,15 +20,6 @@ import (
 // failures by reason, resends and maybe_sent rows, sends without
 // downstream progress) and the queue that cannot drain from here, as stats
 // shows them (table, JSON, Prometheus) and health checks them. Kept in this file, apart from cmd_stats.go's older figures.
-
-// unsendableQueue is one identity whose queued rows no drain in this
-// environment can send: it is not configured, or its token is not set
-// here. Field names are a JSON contract.
-type unsendableQueue struct {
-	Identity string `json:"identity"`
-	Queued   int    `json:"queued"`
-	Why      string `json:"why"`
-}
 
 // progressIdentities are the identities whose webhooks msgq receives
 // (app_secret_env, webhook_secret_env or auth_token_env configured) and
@@ -51,8 +43,8 @@ func progressIdentities(ids map[string]*identity) []string {
 
 // unsendable lists, by name, the identities with queued rows that cannot
 // be sent from this environment.
-func unsendable(ids map[string]*identity, counts []store.StateCount) []unsendableQueue {
-	out := []unsendableQueue{}
+func unsendable(ids map[string]*identity, counts []store.StateCount) []health.Unsendable {
+	out := []health.Unsendable{}
 	for _, c := range counts {
 		if c.State != state.Queued || c.N == 0 {
 			continue
@@ -60,19 +52,19 @@ func unsendable(ids map[string]*identity, counts []store.StateCount) []unsendabl
 		id := ids[c.Identity]
 		switch {
 		case id == nil:
-			out = append(out, unsendableQueue{c.Identity, c.N, "not configured"})
+			out = append(out, health.Unsendable{Identity: c.Identity, Queued: c.N, Why: "not configured"})
 		case len(id.missingSendEnv()) > 0:
-			out = append(out, unsendableQueue{c.Identity, c.N, strings.Join(id.missingSendEnv(), ", ") + " not set"})
+			out = append(out, health.Unsendable{Identity: c.Identity, Queued: c.N, Why: strings.Join(id.missingSendEnv(), ", ") + " not set"})
 		}
 	}
-	slices.SortFunc(out, func(a, b unsendableQueue) int { return strings.Compare(a.Identity, b.Identity) })
+	slices.SortFunc(out, func(a, b health.Unsendable) int { return strings.Compare(a.Identity, b.Identity) })
 	return out
 }
 
 // vitalRows are the table lines of the vital signs.
-func vitalRows(s *store.Stats, un []unsendableQueue) [][]string {
+func vitalRows(s *store.Stats, un []health.Unsendable) [][]string {
 	v := s.VitalStats
-	win := human(s.Window)
+	win := duration.Human(s.Window)
 	var failures []string
 	for _, r := range store.FailureReasons {
 		failures = append(failures, fmt.Sprintf("%s %d", r, v.RecentFailures[string(r)]))
@@ -108,11 +100,11 @@ func vitalRows(s *store.Stats, un []unsendableQueue) [][]string {
 	return [][]string{
 		{"key conflicts", fmt.Sprintf("%d (last %s: %d)", v.KeyConflicts, win, v.RecentKeyConflicts)},
 		{"key replays (last " + win + ")", strconv.FormatInt(v.RecentKeyReplays, 10)},
-		{"sending over " + human(store.LongSending), strconv.Itoa(v.SendingLong)},
+		{"sending over " + duration.Human(store.LongSending), strconv.Itoa(v.SendingLong)},
 		{"failed (last " + win + ")", strings.Join(failures, ", ")},
 		{"resends", fmt.Sprintf("%d (last %s: %d)", v.Resends, win, v.RecentResends)},
 		{"maybe sent", maybe},
-		{"sent without progress after " + human(v.NoProgressAfter) + " (last " + win + ")", progress},
+		{"sent without progress after " + duration.Human(v.NoProgressAfter) + " (last " + win + ")", progress},
 		{"queued, cannot send from here", cant},
 		{"challenges", challengeLine(v.Challenges)},
 		{"challenges (last " + win + ")", recentChallengeLine(v.Challenges)},
@@ -143,7 +135,7 @@ func challengeLine(c store.ChallengeVitals) string {
 func recentChallengeLine(c store.ChallengeVitals) string {
 	first := fmt.Sprintf("%d first delivered", c.RecentFirstDeliveries)
 	if c.RecentFirstDeliveries > 0 {
-		first += fmt.Sprintf(" (creation to first delivery: p50 %s, p95 %s)", human(c.FirstDeliveryP50), human(c.FirstDeliveryP95))
+		first += fmt.Sprintf(" (creation to first delivery: p50 %s, p95 %s)", duration.Human(c.FirstDeliveryP50), duration.Human(c.FirstDeliveryP95))
 	}
 	return fmt.Sprintf("%s, %d expired", first, c.RecentExpired)
 }
@@ -161,7 +153,7 @@ func sumCounts(m map[string]int) int {
 // internal/cli/stats_vitals_test.go): counters since the store was created
 // end in _total, figures of the window start with msgq_recent_, and units
 // are seconds.
-func registerVitals(reg *prometheus.Registry, s *store.Stats, un []unsendableQueue) {
+func registerVitals(reg *prometheus.Registry, s *store.Stats, un []health.Unsendable) {
 	v := s.VitalStats
 	counter := func(name, help string, n float64) {
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
@@ -234,112 +226,4 @@ func registerVitals(reg *prometheus.Registry, s *store.Stats, un []unsendableQue
 	for _, u := range un {
 		cant.WithLabelValues(u.Identity).Set(float64(u.Queued))
 	}
-}
-
-// vitalThresholds are health's thresholds on the vital signs: the config
-// key (also the flag, with dashes) and what it limits: a count, or an age
-// when isAge.
-var vitalThresholds = []struct {
-	name, help string
-	isAge      bool
-}{
-	{"max_key_conflicts", "key conflicts within --window", false},
-	{"max_sending_long", "rows in sending claimed more than 1m ago (lease expired or not)", false},
-	{"max_failed_permanent", "rows failed as permanent within --window", false},
-	{"max_failed_expired", "rows failed as expired within --window", false},
-	{"max_failed_exhausted", "rows failed as exhausted within --window", false},
-	{"max_failed_canceled", "rows canceled within --window", false},
-	{"max_failed_resolved", "rows resolved as failed within --window", false},
-	{"max_resends", "resends made within --window", false},
-	{"max_maybe_sent", "rows flagged maybe_sent with no delivered or read status", false},
-	{"max_sent_without_progress", "sent rows of one identity (whose webhooks msgq receives) without a status after --no-progress-after, sent within --window", false},
-	{"max_unsendable", "queued rows of identities that cannot send from here (not configured, or token not set)", false},
-	{"max_challenges_blocked", "open challenges whose fallback is blocked by a step in sending or unknown", false},
-	{"max_challenges_expired", "challenges expired (deadline passed, no step completed) within --window", false},
-	{"max_challenge_unknown_past_deadline", "challenge steps in unknown past their deadline", false},
-	{"max_challenge_first_delivery_p95", "the 95th percentile of challenge creation to first delivery, within --window", true},
-}
-
-// vitalCheck measures one of vitalThresholds against s; ok is false for a
-// name that is not one of them.
-func vitalCheck(name string, limit int64, s *store.Stats, un []unsendableQueue) (value int64, msg string, ok bool) {
-	v := s.VitalStats
-	win := human(s.Window)
-	if reason, found := strings.CutPrefix(name, "max_failed_"); found {
-		n := int64(v.RecentFailures[reason])
-		return n, fmt.Sprintf("%s failed as %s in the last %s (max %d)", nRows(n), reason, win, limit), true
-	}
-	switch name {
-	case "max_key_conflicts":
-		return v.RecentKeyConflicts, fmt.Sprintf("%d key conflict(s) in the last %s: a key was reused with another body (max %d)",
-			v.RecentKeyConflicts, win, limit), true
-	case "max_sending_long":
-		n := int64(v.SendingLong)
-		return n, fmt.Sprintf("%s in sending for over %s, each a possible duplicate (max %d)", nRows(n), human(store.LongSending), limit), true
-	case "max_resends":
-		n := int64(v.RecentResends)
-		return n, fmt.Sprintf("%d resend(s) in the last %s (max %d)", n, win, limit), true
-	case "max_maybe_sent":
-		n := int64(0)
-		for st, c := range v.MaybeSent {
-			if st != string(state.Delivered) && st != string(state.Read) {
-				n += int64(c)
-			}
-		}
-		return n, fmt.Sprintf("%s flagged maybe_sent with no delivered or read status (max %d)", nRows(n), limit), true
-	case "max_sent_without_progress":
-		// The worst identity decides; the message names every one over.
-		var worst int64
-		var over []string
-		for _, p := range v.SentProgress {
-			worst = max(worst, int64(p.WithoutProgress))
-			if int64(p.WithoutProgress) > limit {
-				over = append(over, fmt.Sprintf("%s %d of %d", p.Identity, p.WithoutProgress, p.Sent))
-			}
-		}
-		return worst, fmt.Sprintf("sent rows without a delivered or read status after %s (last %s): %s (max %d per identity)",
-			human(v.NoProgressAfter), win, strings.Join(over, ", "), limit), true
-	case "max_unsendable":
-		var n int64
-		var parts []string
-		for _, u := range un {
-			n += int64(u.Queued)
-			parts = append(parts, fmt.Sprintf("%s %d (%s)", u.Identity, u.Queued, u.Why))
-		}
-		return n, fmt.Sprintf("%s queued for identities that cannot send from here: %s (max %d)", nRows(n), strings.Join(parts, ", "), limit), true
-	case "max_challenges_blocked":
-		n := int64(v.Challenges.Blocked)
-		return n, fmt.Sprintf("%d open challenge(s) with the fallback blocked by a step in sending or unknown (max %d)", n, limit), true
-	case "max_challenges_expired":
-		n := int64(v.Challenges.RecentExpired)
-		return n, fmt.Sprintf("%d challenge(s) expired in the last %s with no step completed (max %d)", n, win, limit), true
-	case "max_challenge_unknown_past_deadline":
-		n := int64(v.Challenges.UnknownPastDeadline)
-		return n, fmt.Sprintf("%d challenge step(s) in unknown past their deadline, each a prompt that may or may not have arrived (max %d)", n, limit), true
-	case "max_challenge_first_delivery_p95":
-		c := v.Challenges
-		return int64(c.FirstDeliveryP95), fmt.Sprintf("challenge creation to first delivery p95 is %s over %d challenge(s) in the last %s (max %s)",
-			human(c.FirstDeliveryP95), c.RecentFirstDeliveries, win, human(time.Duration(limit))), true
-	}
-	return 0, "", false
-}
-
-// vitalWindows are health's --window and --no-progress-after, parsed
-// (empty: the defaults).
-func vitalWindows(h healthSettings) (window, noProgress time.Duration, err error) {
-	window, noProgress = store.DefaultStatsWindow, store.DefaultNoProgressAfter
-	for _, f := range []struct {
-		flag, key, v string
-		dst          *time.Duration
-	}{{"window", "window", h.Window, &window}, {"no-progress-after", "no_progress_after", h.NoProgressAfter, &noProgress}} {
-		if f.v == "" {
-			continue
-		}
-		d, err := parseAge(f.v)
-		if err != nil || d <= 0 {
-			return 0, 0, usagef("--%s (health.%s) %q: want a positive duration like 1h or 1d", f.flag, f.key, f.v)
-		}
-		*f.dst = d
-	}
-	return window, noProgress, nil
 }
