@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/msgq/msgq/internal/drain"
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/store"
 )
 
@@ -96,7 +99,7 @@ an object on stdout.
 			// drain that has them.
 			chosen := a.cfg.Identities
 			if len(o.identities) > 0 {
-				chosen = map[string]*identity{}
+				chosen = map[string]*identities.Identity{}
 				for _, n := range o.identities {
 					chosen[n] = a.cfg.Identities[n]
 				}
@@ -127,10 +130,10 @@ an object on stdout.
 			// backoffs, its lease) on the store's clock as measured from
 			// this host; the store decides on its own clock.
 			owner := leaseOwner()
-			clk := newClockWatch(a, st, "drain", owner, warnAt)
+			clk := newClockWatch(a, st, "drain", owner, warnAt, false)
 			watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(cmd.Context()))
 			defer stopWatch()
-			clk.start(watchCtx)
+			clk.Start(watchCtx)
 			sum, err := drain.Run(cmd.Context(), drain.Config{
 				Store: st, Identities: ids, Owner: owner, Lease: o.lease, CallTimeout: o.callTimeout,
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
@@ -227,7 +230,7 @@ func leaseOwner() string {
 }
 
 // skippedList says, for a message, which identities lack which secrets.
-func skippedList(skipped []skippedIdentity) string {
+func skippedList(skipped []identities.Skipped) string {
 	parts := make([]string, 0, len(skipped))
 	for _, s := range skipped {
 		parts = append(parts, fmt.Sprintf("identity %s: %s not set", s.Name, strings.Join(s.Missing, ", ")))
@@ -237,7 +240,7 @@ func skippedList(skipped []skippedIdentity) string {
 
 // warnSkipped writes one line on stderr per identity a command skips for
 // want of its secrets, saying what that leaves undone.
-func warnSkipped(a *app, cmdName string, skipped []skippedIdentity, then func(skippedIdentity) string) {
+func warnSkipped(a *app, cmdName string, skipped []identities.Skipped, then func(identities.Skipped) string) {
 	for _, s := range skipped {
 		fmt.Fprintf(a.ios.Err, "%s: skipping identity %s: %s not set in this environment; %s\n",
 			cmdName, s.Name, strings.Join(s.Missing, ", "), then(s))
@@ -246,7 +249,7 @@ func warnSkipped(a *app, cmdName string, skipped []skippedIdentity, then func(sk
 
 // queuedStay is drain's consequence of a skipped identity: its rows wait,
 // visible in msgq identities and msgq health --max-unsendable.
-func queuedStay(ctx context.Context, st store.Store, skipped []skippedIdentity) func(skippedIdentity) string {
+func queuedStay(ctx context.Context, st store.Store, skipped []identities.Skipped) func(identities.Skipped) string {
 	queued := map[string]int{}
 	if len(skipped) > 0 {
 		if states, err := st.IdentityStates(ctx); err == nil {
@@ -255,7 +258,31 @@ func queuedStay(ctx context.Context, st store.Store, skipped []skippedIdentity) 
 			}
 		}
 	}
-	return func(s skippedIdentity) string {
+	return func(s identities.Skipped) string {
 		return fmt.Sprintf("its %d queued rows stay queued", queued[s.Name])
 	}
+}
+
+// drainIdentities builds the drain's view of the identities that can
+// send from this process. An identity whose token is not in the
+// environment is skipped (its rows stay queued, for a drain that has it),
+// unless required names it: asked for by name, a missing token is bad
+// input.
+func drainIdentities(ids map[string]*identities.Identity, required bool) (map[string]*drain.Identity, []identities.Skipped, error) {
+	out := map[string]*drain.Identity{}
+	var skipped []identities.Skipped
+	for _, n := range slices.Sorted(maps.Keys(ids)) {
+		id := ids[n]
+		if miss := id.MissingSendEnv(); len(miss) > 0 && !required {
+			skipped = append(skipped, identities.Skipped{Name: n, Missing: miss})
+			continue
+		}
+		p, err := id.Provider()
+		if err != nil {
+			return nil, nil, err
+		}
+		out[n] = &drain.Identity{Name: n, Provider: p, Policy: id.Policy, Pacing: id.Pacing, Headroom: id.Config.PacingHeadroom,
+			Quiet: id.Quiet, DailyRecipients: id.DailyRecipients}
+	}
+	return out, skipped, nil
 }

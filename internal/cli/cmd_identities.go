@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/store"
 )
 
@@ -100,15 +101,15 @@ the recipients claimed within the last 24 hours against the limit (msgq health
 				rows[n] = &identityRow{Name: n, Provider: id.Config.Provider, Configured: true, Rate: id.Rate,
 					PerRecipient: id.PerRecipient, ServiceWindow: "off", Channels: id.Channels,
 					RateDefault: id.RateDefault, PerRecipientDefault: id.PerRecipientDefault,
-					SendsHere: len(id.missingSendEnv()) == 0, MissingEnv: append(append([]string{}, id.missingSendEnv()...), id.missingWebhookEnv()...)}
+					SendsHere: len(id.MissingSendEnv()) == 0, MissingEnv: append(append([]string{}, id.MissingSendEnv()...), id.MissingWebhookEnv()...)}
 				if id.Window > 0 {
 					rows[n].ServiceWindow = id.Window.String()
 				}
-				rows[n].DailyRecipientsLimit, rows[n].QuietHours = id.DailyRecipients, settingOff
+				rows[n].DailyRecipientsLimit, rows[n].QuietHours = id.DailyRecipients, identities.Off
 				if w := id.Quiet.Window; w != nil {
 					rows[n].QuietHours, rows[n].QuietZone = w.String(), id.Quiet.Zone.String()
 				}
-				rows[n].Webhooks = id.webhookPath()
+				rows[n].Webhooks = id.WebhookPath()
 			}
 			for _, s := range states {
 				r := rows[s.Name]
@@ -182,7 +183,7 @@ the recipients claimed within the last 24 hours against the limit (msgq health
 			// Pausing a name no drain sends for would stop nothing, and a
 			// typo would look like a pause that worked.
 			if _, ok := a.cfg.Identities[args[0]]; !ok {
-				return unknownIdentity(args[0], a.cfg.Identities)
+				return identities.Unknown(args[0], a.cfg.Identities)
 			}
 			st, err := a.store(cmd.Context())
 			if err != nil {
@@ -201,7 +202,7 @@ the recipients claimed within the last 24 hours against the limit (msgq health
 		Args:  exactArgs(1, "one identity name"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !store.ValidKey(args[0]) {
-				return unknownIdentity(args[0], a.cfg.Identities)
+				return identities.Unknown(args[0], a.cfg.Identities)
 			}
 			st, err := a.store(cmd.Context())
 			if err != nil {
@@ -216,7 +217,7 @@ the recipients claimed within the last 24 hours against the limit (msgq health
 					return err
 				}
 				if !slices.ContainsFunc(states, func(s store.IdentityState) bool { return s.Name == args[0] }) {
-					return unknownIdentity(args[0], a.cfg.Identities)
+					return identities.Unknown(args[0], a.cfg.Identities)
 				}
 			}
 			if err := st.IdentityResume(cmd.Context(), args[0]); err != nil {

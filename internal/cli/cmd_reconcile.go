@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/reconcile"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -115,21 +116,20 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 	// Measured once, at the start (a run is short; a long one measures
 	// again every minute): the takeovers are decided on the store's
 	// clock, but a host whose clock is off is reported and recorded.
-	clk := newClockWatch(a, st, "reconcile", "", warnAt)
-	clk.noRecord = o.dryRun
+	clk := newClockWatch(a, st, "reconcile", "", warnAt, o.dryRun)
 	cctx, stopClock := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopClock()
-	clk.start(cctx)
+	clk.Start(cctx)
 	cfg := reconcile.Config{
 		Store: st, Tenant: a.cfg.Tenant, Identity: o.identity, Limit: o.limit, CallTimeout: o.callTimeout,
 		DryRun: o.dryRun, Identities: reconcileIdentities(a.cfg.Identities), Notes: a.ios.Err,
 		Webhooks: &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities), Log: a.log},
 		OnSkipped: func(ss []reconcile.Skipped) {
-			skipped := make([]skippedIdentity, len(ss))
+			skipped := make([]identities.Skipped, len(ss))
 			for i, s := range ss {
-				skipped[i] = skippedIdentity{Name: s.Name, Missing: s.Missing}
+				skipped[i] = identities.Skipped{Name: s.Name, Missing: s.Missing}
 			}
-			warnSkipped(a, "reconcile", skipped, func(skippedIdentity) string {
+			warnSkipped(a, "reconcile", skipped, func(identities.Skipped) string {
 				return "its unknown rows are not looked up"
 			})
 		},
@@ -145,13 +145,13 @@ func runReconcile(ctx context.Context, a *app, o *reconcileOptions) error {
 
 // reconcileIdentities is reconcile's view of the configured identities:
 // each provider is built only when a row needs it.
-func reconcileIdentities(ids map[string]*identity) map[string]*reconcile.Identity {
+func reconcileIdentities(ids map[string]*identities.Identity) map[string]*reconcile.Identity {
 	out := make(map[string]*reconcile.Identity, len(ids))
 	for n, id := range ids {
 		out[n] = &reconcile.Identity{
-			Kind:     id.tokenless,
-			Missing:  id.missingSendEnv,
-			Provider: id.provider,
+			Kind:     id.Tokenless,
+			Missing:  id.MissingSendEnv,
+			Provider: id.Provider,
 		}
 	}
 	return out

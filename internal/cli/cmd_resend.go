@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/msgq/msgq/internal/duration"
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/operator"
 	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/store"
@@ -124,7 +125,7 @@ func runResend(ctx context.Context, a *app, o *resendOptions) error {
 		AcceptRisk: o.acceptRisk, Force: o.force, Text: o.text, Params: o.params, ExpiresIn: o.expires,
 		CheckIdentity: func(name string) error {
 			if _, ok := a.cfg.Identities[name]; !ok {
-				return unknownIdentity(name, a.cfg.Identities)
+				return identities.Unknown(name, a.cfg.Identities)
 			}
 			return nil
 		}})

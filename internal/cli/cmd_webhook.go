@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/webhook"
 )
@@ -42,16 +43,16 @@ customer-service window.
 // process, so its provider retries them, and the other identities'
 // webhooks are not held hostage to it. A malformed secret (a bad whsec_)
 // is a usage error at start-up, not a stream of 401s later.
-func webhookRoutes(ids map[string]*identity) ([]webhook.Route, []skippedIdentity, error) {
+func webhookRoutes(ids map[string]*identities.Identity) ([]webhook.Route, []identities.Skipped, error) {
 	var routes []webhook.Route
-	var skipped []skippedIdentity
+	var skipped []identities.Skipped
 	for _, n := range slices.Sorted(maps.Keys(ids)) {
 		id := ids[n]
 		if id.Kind.Webhook == nil || len(id.Settings.WebhookEnv()) == 0 {
 			continue
 		}
-		if miss := id.missingWebhookEnv(); len(miss) > 0 {
-			skipped = append(skipped, skippedIdentity{Name: n, Missing: miss})
+		if miss := id.MissingWebhookEnv(); len(miss) > 0 {
+			skipped = append(skipped, identities.Skipped{Name: n, Missing: miss})
 			continue
 		}
 		v, err := id.Kind.Webhook.Verifier(id.Settings, os.Getenv)
@@ -69,7 +70,7 @@ func webhookRoutes(ids map[string]*identity) ([]webhook.Route, []skippedIdentity
 // phoneNumberIDs maps the senders that webhooks name (WhatsApp's
 // phone_number_ids) to their identities, for the kinds whose webhooks name
 // them.
-func phoneNumberIDs(ids map[string]*identity) map[string]string {
+func phoneNumberIDs(ids map[string]*identities.Identity) map[string]string {
 	out := map[string]string{}
 	for n, id := range ids {
 		if id.Kind.Webhook == nil || !id.Kind.Webhook.NamesSender {
@@ -86,7 +87,7 @@ func phoneNumberIDs(ids map[string]*identity) map[string]string {
 // (Settings.Account: for WhatsApp, the app secret, so the same Meta app and
 // business account's templates) to the identities that share it, itself
 // included.
-func templateIdentities(ids map[string]*identity) map[string][]string {
+func templateIdentities(ids map[string]*identities.Identity) map[string][]string {
 	byAccount := map[string][]string{}
 	for n, id := range ids {
 		if acct := id.Settings.Account(); acct != "" {

@@ -59,7 +59,7 @@ the file's copy, so that processing reads it and says what it found.
 				// identity there is no doubt which that was.
 				var names []string
 				for n, id := range a.cfg.Identities {
-					if id.receivesWebhooks() && id.Kind.Webhook.Name == o.provider {
+					if id.ReceivesWebhooks() && id.Kind.Webhook.Name == o.provider {
 						names = append(names, n)
 					}
 				}

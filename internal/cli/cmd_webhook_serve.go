@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/net/netutil"
 
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/storeopen"
 	"github.com/msgq/msgq/internal/webhook"
@@ -114,7 +115,7 @@ twice --max-pending plus 64 MiB unless GOMEMLIMIT is set.
 				}
 				return usagef("no identity has app_secret_env (whatsapp) or webhook_secret_env (http): nothing could be verified")
 			}
-			warnSkipped(a, "webhook", skipped, func(skippedIdentity) string {
+			warnSkipped(a, "webhook", skipped, func(identities.Skipped) string {
 				return "its deliveries get 401 here, so its provider retries them"
 			})
 			if o.clockWarn, err = a.cfg.clockWarn(); err != nil {
@@ -208,8 +209,8 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 		// stats). Signature timestamps are checked against the store's
 		// clock as measured from here too: a host whose own clock drifted
 		// would refuse every signed delivery once past --tolerance.
-		clk := newClockWatch(a, st, "webhook serve", "", o.clockWarn)
-		clk.start(bg)
+		clk := newClockWatch(a, st, "webhook serve", "", o.clockWarn, false)
+		clk.Start(bg)
 		wake := make(chan struct{}, 1)
 		wc := wc
 		wc.Store, wc.MaxBody, wc.MaxPending, wc.Tolerance, wc.Log, wc.Now = st, o.maxBody, o.maxPending, o.tolerance, a.log, clk.Now

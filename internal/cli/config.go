@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/msgq/msgq/internal/health"
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
@@ -34,7 +35,7 @@ type config struct {
 	// webhook serve warn, as written (clock.go parses it).
 	ClockWarn string
 	// Identities are the sending identities, the built-in sim included.
-	Identities map[string]*identity
+	Identities map[string]*identities.Identity
 }
 
 // settings maps each config key to the flag that overrides it. The
@@ -140,13 +141,13 @@ func loadConfig(cmd *cobra.Command) (*config, error) {
 	for _, t := range health.Vitals {
 		cfg.Health.Vitals[t.Name] = v.GetString("health." + t.Name)
 	}
-	var raw map[string]identityConfig
+	var raw map[string]identities.Config
 	// A misspelt identity field (token_evn) is refused like a misspelt key.
 	strict := func(c *mapstructure.DecoderConfig) { c.ErrorUnused = true }
 	if err := v.UnmarshalKey("identities", &raw, strict); err != nil {
 		return nil, usagef("config: identities: %v", err)
 	}
-	ids, err := parseIdentities(raw)
+	ids, err := identities.Parse(raw)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/msgq/msgq/internal/health"
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/operator"
 	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/recipient"
@@ -59,6 +60,7 @@ func exitCode(err error) int {
 		ok  *operator.OwnKeyError
 		or  *operator.RefusedError
 		hen *health.SettingError
+		ic  *identities.ConfigError
 	)
 	switch {
 	case err == nil:
@@ -77,7 +79,7 @@ func exitCode(err error) int {
 		// before anything is looked up); it is a lookup that failed.
 		return ExitError
 	case errors.As(err, &ue), errors.As(err, &ie), errors.As(err, &pe), errors.As(err, &re),
-		errors.As(err, &se), errors.As(err, &ok), errors.As(err, &hen):
+		errors.As(err, &se), errors.As(err, &ok), errors.As(err, &hen), errors.As(err, &ic):
 		return ExitUsage
 	}
 	return ExitError

@@ -7,13 +7,14 @@ import (
 	"slices"
 
 	"github.com/msgq/msgq/internal/health"
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/store"
 )
 
 // dailyShareCheck is the highest share (in thousandths) of its daily
 // unique-recipient limit that any configured identity has used, and a
 // message naming that identity.
-func dailyShareCheck(ctx context.Context, st store.Store, ids map[string]*identity, max int64) (int64, string, error) {
+func dailyShareCheck(ctx context.Context, st store.Store, ids map[string]*identities.Identity, max int64) (int64, string, error) {
 	var limited []string
 	for _, n := range slices.Sorted(maps.Keys(ids)) {
 		if ids[n].DailyRecipients > 0 {

@@ -3,6 +3,7 @@ package cli
 import (
 	"time"
 
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/quiet"
 	"github.com/msgq/msgq/internal/store"
 )
@@ -18,7 +19,7 @@ import (
 // never go out: it is refused, naming the way out. The decision is
 // quiet.Policy.Schedule's, which PostgreSQL's enqueue() is tested against
 // (internal/store/postgres/sqlenqueue_quiet_test.go).
-func quietSchedule(p *store.EnqueueParams, override string, id *identity, now time.Time) error {
+func quietSchedule(p *store.EnqueueParams, override string, id *identities.Identity, now time.Time) error {
 	var pol quiet.Policy
 	if id != nil {
 		pol = id.Quiet

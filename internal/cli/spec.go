@@ -7,8 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/msgq/msgq/internal/duration"
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/mailtemplate"
-	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/sms"
 	"github.com/msgq/msgq/internal/store"
@@ -55,7 +55,7 @@ type sendDefaults struct {
 	QuietHours string
 	// Identities are the configured identities: a row's identity must be
 	// one of them, and its channel one its identity sends on.
-	Identities map[string]*identity
+	Identities map[string]*identities.Identity
 	// templates caches the email template sets read in this run, by
 	// directory (a --file of many lines reads each directory once); nil:
 	// no cache.
@@ -117,14 +117,14 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 	// configured would wait in the queue forever, claimed by no drain.
 	id := d.Identities[p.Identity]
 	if id == nil && d.Identities != nil && p.Identity != "" {
-		return p, unknownIdentity(p.Identity, d.Identities)
+		return p, identities.Unknown(p.Identity, d.Identities)
 	}
 	switch {
 	case p.Channel == "" && id != nil:
 		p.Channel = id.Channels[0]
 	case p.Channel == "":
 		p.Channel = store.ChannelWhatsApp
-	case id != nil && recipient.Known(p.Channel) && !id.sendsOn(p.Channel):
+	case id != nil && recipient.Known(p.Channel) && !id.SendsOn(p.Channel):
 		return p, &store.InvalidError{Field: "channel", Msg: fmt.Sprintf("identity %s (provider %s) does not send on %s (it sends on %s)",
 			p.Identity, id.Config.Provider, p.Channel, strings.Join(id.Channels, ", "))}
 	}
@@ -184,7 +184,7 @@ func (s *sendSpec) params(now time.Time, d sendDefaults) (store.EnqueueParams, e
 // checkSegments refuses an SMS text over its identity's max_segments: a
 // long text is billed once per segment, and the count is known before
 // anything is written.
-func checkSegments(channel, text string, id *identity) error {
+func checkSegments(channel, text string, id *identities.Identity) error {
 	if channel != store.ChannelSMS || text == "" || id == nil || id.Config.MaxSegments <= 0 {
 		return nil
 	}
@@ -228,7 +228,7 @@ func (i *smsInfo) String() string {
 // (exit 2, nothing written) instead of a row failing later in the drain;
 // the row keeps the content as it was sent. Another channel takes no
 // subject.
-func (s *sendSpec) email(p *store.EnqueueParams, id *identity, d sendDefaults) error {
+func (s *sendSpec) email(p *store.EnqueueParams, id *identities.Identity, d sendDefaults) error {
 	pl := &p.Payload
 	if p.Channel != recipient.Email {
 		if s.Subject != "" {
@@ -250,7 +250,7 @@ func (s *sendSpec) email(p *store.EnqueueParams, id *identity, d sendDefaults) e
 		return nil
 	}
 	dir := ""
-	if mt, ok := id.mailTemplater(); ok {
+	if mt, ok := id.MailTemplater(); ok {
 		dir = mt.MailTemplates()
 	}
 	if dir == "" {
@@ -272,15 +272,6 @@ func (s *sendSpec) email(p *store.EnqueueParams, id *identity, d sendDefaults) e
 	}
 	*pl = store.Payload{Subject: subject, Text: text, HTML: html}
 	return nil
-}
-
-// mailTemplater is the identity's templates directory, if its kind has one.
-func (id *identity) mailTemplater() (provider.MailTemplater, bool) {
-	if id == nil {
-		return nil, false
-	}
-	mt, ok := id.Settings.(provider.MailTemplater)
-	return mt, ok
 }
 
 // parseWhen reads an RFC 3339 time or a duration from now ("10m").

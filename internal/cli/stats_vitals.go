@@ -11,6 +11,7 @@ import (
 
 	"github.com/msgq/msgq/internal/duration"
 	"github.com/msgq/msgq/internal/health"
+	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -26,11 +27,11 @@ import (
 // carry statuses (a twilio identity's only with a status_callback,
 // provider.ProgressReporter): only their accepted sends can be expected to
 // report delivered or read.
-func progressIdentities(ids map[string]*identity) []string {
+func progressIdentities(ids map[string]*identities.Identity) []string {
 	var out []string
 	for _, n := range slices.Sorted(maps.Keys(ids)) {
 		id := ids[n]
-		if !id.receivesWebhooks() {
+		if !id.ReceivesWebhooks() {
 			continue
 		}
 		if pr, ok := id.Settings.(provider.ProgressReporter); ok && !pr.ReportsProgress() {
@@ -43,7 +44,7 @@ func progressIdentities(ids map[string]*identity) []string {
 
 // unsendable lists, by name, the identities with queued rows that cannot
 // be sent from this environment.
-func unsendable(ids map[string]*identity, counts []store.StateCount) []health.Unsendable {
+func unsendable(ids map[string]*identities.Identity, counts []store.StateCount) []health.Unsendable {
 	out := []health.Unsendable{}
 	for _, c := range counts {
 		if c.State != state.Queued || c.N == 0 {
@@ -53,8 +54,8 @@ func unsendable(ids map[string]*identity, counts []store.StateCount) []health.Un
 		switch {
 		case id == nil:
 			out = append(out, health.Unsendable{Identity: c.Identity, Queued: c.N, Why: "not configured"})
-		case len(id.missingSendEnv()) > 0:
-			out = append(out, health.Unsendable{Identity: c.Identity, Queued: c.N, Why: strings.Join(id.missingSendEnv(), ", ") + " not set"})
+		case len(id.MissingSendEnv()) > 0:
+			out = append(out, health.Unsendable{Identity: c.Identity, Queued: c.N, Why: strings.Join(id.MissingSendEnv(), ", ") + " not set"})
 		}
 	}
 	slices.SortFunc(out, func(a, b health.Unsendable) int { return strings.Compare(a.Identity, b.Identity) })

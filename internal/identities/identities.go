@@ -1,4 +1,9 @@
-package cli
+// Package identities is the sending identities' configuration: the
+// config file's identities: section read, validated and turned into what
+// the rest of msgq acts on (the provider a drain calls with, its pacing,
+// retry policy, quiet hours and limits), and which of them this process
+// can act for (the secrets its environment holds).
+package identities
 
 import (
 	"context"
@@ -11,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/msgq/msgq/internal/drain"
 	"github.com/msgq/msgq/internal/duration"
 	"github.com/msgq/msgq/internal/provider"
 	"github.com/msgq/msgq/internal/provider/kinds"
@@ -22,23 +26,23 @@ import (
 	"github.com/msgq/msgq/internal/webhook"
 )
 
-// builtinSim is the identity that exists with no configuration at all: the
+// BuiltinSim is the identity that exists with no configuration at all: the
 // in-process simulator, so the quick start runs on a fresh machine.
-const builtinSim = "sim"
+const BuiltinSim = "sim"
 
-// identityGrammar is what an identity name may be: the grammar of keys
+// Grammar is what an identity name may be: the grammar of keys
 // (store.ValidKey), so a name is safe in a table cell, a log line, a
 // Prometheus label and a file name, and never carries a newline or a
 // control character.
-const identityGrammar = "1 to 64 characters of A-Za-z0-9._:-"
+const Grammar = "1 to 64 characters of A-Za-z0-9._:-"
 
-// settingOff turns a pacing limit off.
-const settingOff = "off"
+// Off turns a pacing limit off.
+const Off = "off"
 
-// identityConfig is one entry under `identities:` in the config file: the
+// Config is one entry under `identities:` in the config file: the
 // settings every identity has, and its provider's own (Settings), which
 // its kind decodes strictly (provider.Kind.Decode).
-type identityConfig struct {
+type Config struct {
 	Provider             string  `mapstructure:"provider"`
 	Channel              string  `mapstructure:"channel"`
 	Rate                 string  `mapstructure:"rate"`
@@ -80,10 +84,10 @@ type identityConfig struct {
 	Settings map[string]any `mapstructure:",remain"`
 }
 
-// identity is a configured identity, validated.
-type identity struct {
+// Identity is a configured identity, validated.
+type Identity struct {
 	Name   string
-	Config identityConfig
+	Config Config
 	// Kind is its provider's kind; Settings its provider's settings, as
 	// the kind decoded them.
 	Kind     *provider.Kind
@@ -105,32 +109,32 @@ type identity struct {
 	DailyRecipients int
 }
 
-// sendsOn says whether the identity sends on channel.
-func (id *identity) sendsOn(channel string) bool {
+// SendsOn says whether the identity sends on channel.
+func (id *Identity) SendsOn(channel string) bool {
 	return slices.Contains(id.Channels, channel)
 }
 
-// missingSendEnv names the environment variables the identity needs to
+// MissingSendEnv names the environment variables the identity needs to
 // send (its token) that are not set in this process.
-func (id *identity) missingSendEnv() []string {
+func (id *Identity) MissingSendEnv() []string {
 	return provider.MissingEnv(id.Settings.SendEnv(), os.Getenv)
 }
 
-// missingWebhookEnv names the environment variables the identity's webhook
+// MissingWebhookEnv names the environment variables the identity's webhook
 // verification needs that are not set in this process.
-func (id *identity) missingWebhookEnv() []string {
+func (id *Identity) MissingWebhookEnv() []string {
 	return provider.MissingEnv(id.Settings.WebhookEnv(), os.Getenv)
 }
 
-// receivesWebhooks says msgq receives the identity's webhooks (its kind
+// ReceivesWebhooks says msgq receives the identity's webhooks (its kind
 // sends them and its config names their secret).
-func (id *identity) receivesWebhooks() bool {
-	return id.Kind.Webhook != nil && len(id.Settings.WebhookEnv()) > 0 && id.webhookSecretNamed()
+func (id *Identity) ReceivesWebhooks() bool {
+	return id.Kind.Webhook != nil && len(id.Settings.WebhookEnv()) > 0 && id.WebhookSecretNamed()
 }
 
-// webhookSecretNamed says the config names the secret that verifies the
+// WebhookSecretNamed says the config names the secret that verifies the
 // deliveries (not only, say, WhatsApp's verify token).
-func (id *identity) webhookSecretNamed() bool {
+func (id *Identity) WebhookSecretNamed() bool {
 	for _, e := range id.Settings.WebhookEnv() {
 		if e.Key == id.Kind.Webhook.SecretKey {
 			return true
@@ -139,44 +143,44 @@ func (id *identity) webhookSecretNamed() bool {
 	return false
 }
 
-// webhookPath is where its provider posts the identity's webhooks: its
+// WebhookPath is where its provider posts the identity's webhooks: its
 // format's shared path (the one providers are configured with today), ""
 // when msgq does not receive them.
-func (id *identity) webhookPath() string {
-	if !id.receivesWebhooks() {
+func (id *Identity) WebhookPath() string {
+	if !id.ReceivesWebhooks() {
 		return ""
 	}
 	return webhook.PathPrefix + id.Kind.Webhook.Name
 }
 
-// identityNames lists the configured identities, sorted, for messages
+// Names lists the configured identities, sorted, for messages
 // that name the known ones.
-func identityNames(ids map[string]*identity) string {
+func Names(ids map[string]*Identity) string {
 	return strings.Join(slices.Sorted(maps.Keys(ids)), ", ")
 }
 
-// unknownIdentity is the error for a name that is not configured: bad
+// Unknown is the error for a name that is not configured: bad
 // input, naming the identities that are.
-func unknownIdentity(name string, ids map[string]*identity) error {
+func Unknown(name string, ids map[string]*Identity) error {
 	if !store.ValidKey(name) {
-		return &store.InvalidError{Field: "identity", Msg: fmt.Sprintf("%q is not a valid name (%s)", name, identityGrammar)}
+		return &store.InvalidError{Field: "identity", Msg: fmt.Sprintf("%q is not a valid name (%s)", name, Grammar)}
 	}
-	return &store.InvalidError{Field: "identity", Msg: fmt.Sprintf("%q is not configured (known: %s)", name, identityNames(ids))}
+	return &store.InvalidError{Field: "identity", Msg: fmt.Sprintf("%q is not configured (known: %s)", name, Names(ids))}
 }
 
-// parseIdentities validates the identities section; the built-in sim is
+// Parse validates the identities section; the built-in sim is
 // added unless the file defines one of that name.
-func parseIdentities(raw map[string]identityConfig) (map[string]*identity, error) {
-	out := map[string]*identity{}
+func Parse(raw map[string]Config) (map[string]*Identity, error) {
+	out := map[string]*Identity{}
 	for name, ic := range raw {
-		id, err := parseIdentity(name, ic)
+		id, err := parseOne(name, ic)
 		var unknown *provider.UnknownSettingError
 		switch {
 		case errors.As(err, &unknown):
 			// Refused like a misspelt key of the file.
-			return nil, usagef("config: identities: %s: %v", name, err)
+			return nil, configErrorf("config: identities: %s: %v", name, err)
 		case err != nil:
-			return nil, usagef("config: identity %s: %v", name, err)
+			return nil, configErrorf("config: identity %s: %v", name, err)
 		}
 		out[name] = id
 	}
@@ -192,26 +196,26 @@ func parseIdentities(raw map[string]identityConfig) (map[string]*identity, error
 		n = id.Kind.Name + " " + key + " " + n
 		if other, ok := byNumber[n]; ok {
 			a, b := min(name, other), max(name, other)
-			return nil, usagef("config: identities %s and %s have the same %s %s", a, b, key, n[strings.LastIndexByte(n, ' ')+1:])
+			return nil, configErrorf("config: identities %s and %s have the same %s %s", a, b, key, n[strings.LastIndexByte(n, ' ')+1:])
 		}
 		byNumber[n] = name
 	}
-	if _, ok := out[builtinSim]; !ok {
+	if _, ok := out[BuiltinSim]; !ok {
 		s, err := sim.Kind.Decode(nil)
 		if err != nil {
 			panic(err) // the built-in sim has no settings to get wrong
 		}
-		out[builtinSim] = &identity{Name: builtinSim, Config: identityConfig{Provider: sim.Name}, Kind: &sim.Kind, Settings: s,
-			Policy: retry.DefaultPolicy(), Rate: settingOff, PerRecipient: settingOff, Channels: slices.Clone(sim.Kind.Channels)}
+		out[BuiltinSim] = &Identity{Name: BuiltinSim, Config: Config{Provider: sim.Name}, Kind: &sim.Kind, Settings: s,
+			Policy: retry.DefaultPolicy(), Rate: Off, PerRecipient: Off, Channels: slices.Clone(sim.Kind.Channels)}
 	}
 	return out, nil
 }
 
-func parseIdentity(name string, ic identityConfig) (*identity, error) {
+func parseOne(name string, ic Config) (*Identity, error) {
 	if !store.ValidKey(name) {
-		return nil, fmt.Errorf("names are %s", identityGrammar)
+		return nil, fmt.Errorf("names are %s", Grammar)
 	}
-	id := &identity{Name: name, Config: ic, Policy: retry.DefaultPolicy()}
+	id := &Identity{Name: name, Config: ic, Policy: retry.DefaultPolicy()}
 	if ic.Provider == "" {
 		return nil, fmt.Errorf("provider is required (%s)", kinds.Names())
 	}
@@ -261,8 +265,8 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 	if perRcpt == "" && kind.PerRecipient != "" {
 		perRcpt, id.PerRecipientDefault = kind.PerRecipient, true
 	}
-	id.Rate, id.PerRecipient = settingOff, settingOff
-	if rate != "" && rate != settingOff {
+	id.Rate, id.PerRecipient = Off, Off
+	if rate != "" && rate != Off {
 		spacing, err := parseRate(rate)
 		if err != nil {
 			return nil, err
@@ -272,13 +276,13 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 	switch {
 	case ic.MaxSegments < 0:
 		return nil, fmt.Errorf("max_segments %d must be a number of SMS segments (0: no limit)", ic.MaxSegments)
-	case ic.MaxSegments > 0 && !id.sendsOn(store.ChannelSMS):
+	case ic.MaxSegments > 0 && !id.SendsOn(store.ChannelSMS):
 		return nil, fmt.Errorf("max_segments limits SMS texts, and this identity sends on %s only", kinds.OrList(id.Channels))
 	}
 	if h := ic.PacingHeadroom; h < 0 || h >= 1 {
 		return nil, fmt.Errorf("pacing_headroom %v must be a share in [0, 1), e.g. 0.1", h)
 	}
-	if perRcpt != "" && perRcpt != settingOff {
+	if perRcpt != "" && perRcpt != Off {
 		d, err := duration.Parse(perRcpt)
 		if err != nil || d < 0 {
 			return nil, fmt.Errorf("per_recipient_interval %q is not a duration like 6s (or off)", perRcpt)
@@ -318,7 +322,7 @@ func parseIdentity(name string, ic identityConfig) (*identity, error) {
 // parseQuiet reads the quiet-hours settings. A zone is required with a
 // window: email has no zone of its own, nor has a number whose country
 // spans several, and a window read in a guessed zone wakes people up.
-func parseQuiet(ic identityConfig) (quiet.Policy, error) {
+func parseQuiet(ic Config) (quiet.Policy, error) {
 	var p quiet.Policy
 	ex := ic.QuietExempt
 	if ic.QuietHours == "" {
@@ -366,31 +370,31 @@ func parseRate(s string) (time.Duration, error) {
 	return per / time.Duration(count), nil
 }
 
-// provider builds the identity's provider. Secrets come from the
+// Provider builds the identity's provider. Secrets come from the
 // environment at this point and go nowhere but the provider's requests.
-func (id *identity) provider() (provider.Provider, error) {
+func (id *Identity) Provider() (provider.Provider, error) {
 	for _, e := range id.Settings.SendEnv() {
 		if e.Name != "" && os.Getenv(e.Name) == "" {
-			return nil, usagef("identity %s: environment variable %s (%s) is not set", id.Name, e.Name, e.Key)
+			return nil, configErrorf("identity %s: environment variable %s (%s) is not set", id.Name, e.Name, e.Key)
 		}
 	}
 	p, err := id.Settings.New(os.Getenv)
 	if err != nil {
-		return nil, usagef("identity %s: %v", id.Name, oneLine(err.Error()))
+		return nil, configErrorf("identity %s: %v", id.Name, oneLine(err.Error()))
 	}
 	return p, nil
 }
 
-// dedupesByKey says whether the identity's provider deduplicates sends by
+// DedupesByKey says whether the identity's provider deduplicates sends by
 // key: a property of its kind, known without its token.
-func (id *identity) dedupesByKey() bool {
-	return id.tokenless().Idempotent()
+func (id *Identity) DedupesByKey() bool {
+	return id.Tokenless().Idempotent()
 }
 
-// tokenless builds the identity's provider without any secret: good for
+// Tokenless builds the identity's provider without any secret: good for
 // its kind's properties (does it deduplicate, can it look up), never
 // called.
-func (id *identity) tokenless() provider.Provider {
+func (id *Identity) Tokenless() provider.Provider {
 	p, err := id.Settings.New(func(string) string { return "" })
 	if err != nil {
 		// A kind that cannot be built without its secrets has only
@@ -408,33 +412,31 @@ func (k kindOnly) Send(context.Context, *provider.Message) provider.Result {
 }
 func (k kindOnly) Idempotent() bool { return k.k.Idempotent }
 
-// skippedIdentity is a configured identity this process cannot act for:
+// Skipped is a configured identity this process cannot act for:
 // the secrets it needs are not in its environment.
-type skippedIdentity struct {
+type Skipped struct {
 	Name    string
 	Missing []string // the unset variables, each with its config key
 }
 
-// drainIdentities builds the drain's view of the identities that can
-// send from this process. An identity whose token is not in the
-// environment is skipped (its rows stay queued, for a drain that has it),
-// unless required names it: asked for by name, a missing token is bad
-// input.
-func drainIdentities(ids map[string]*identity, required bool) (map[string]*drain.Identity, []skippedIdentity, error) {
-	out := map[string]*drain.Identity{}
-	var skipped []skippedIdentity
-	for _, n := range slices.Sorted(maps.Keys(ids)) {
-		id := ids[n]
-		if miss := id.missingSendEnv(); len(miss) > 0 && !required {
-			skipped = append(skipped, skippedIdentity{Name: n, Missing: miss})
-			continue
-		}
-		p, err := id.provider()
-		if err != nil {
-			return nil, nil, err
-		}
-		out[n] = &drain.Identity{Name: n, Provider: p, Policy: id.Policy, Pacing: id.Pacing, Headroom: id.Config.PacingHeadroom,
-			Quiet: id.Quiet, DailyRecipients: id.DailyRecipients}
+// ConfigError is an identity's configuration msgq refuses, or a secret
+// its environment lacks where one was required: bad input, nothing was
+// written.
+type ConfigError struct{ msg string }
+
+func (e *ConfigError) Error() string { return e.msg }
+
+func configErrorf(format string, a ...any) error { return &ConfigError{fmt.Sprintf(format, a...)} }
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}
+
+// MailTemplater is the identity's templates directory, if its kind has one.
+func (id *Identity) MailTemplater() (provider.MailTemplater, bool) {
+	if id == nil {
+		return nil, false
 	}
-	return out, skipped, nil
+	mt, ok := id.Settings.(provider.MailTemplater)
+	return mt, ok
 }
