@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -138,8 +137,9 @@ an object on stdout.
 				Store: st, Identities: ids, Owner: owner, Lease: o.lease, CallTimeout: o.callTimeout,
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
 				MaxDuration: o.maxDuration, MaxMessages: o.maxMessages, Grace: o.grace, IdlePoll: o.poll, Log: a.log,
-				WindowClosed: windowClosed(a, st, clk.Now), HoldFor: o.holdFor, Now: clk.Now, TemplateHeld: templateHeld(a, st),
-				OptedOut: st.OptedOut,
+				WindowClosed: drain.StoreWindow(st, windowOf(a.cfg.Identities), clk.Now, a.log), HoldFor: o.holdFor, Now: clk.Now,
+				TemplateHeld: drain.StoreTemplateHolds(st, time.Now, a.log),
+				OptedOut:     st.OptedOut,
 			})
 			stopWatch()
 			fmt.Fprintf(a.ios.Err, "drain: claimed %d, sent %d, retried %d, failed %d, unknown %d, identity pauses %d, leases lost %d, given back %d (%.1fs)\n",
@@ -167,57 +167,6 @@ an object on stdout.
 	addClockWarnFlag(cmd)
 	f.DurationVar(&o.poll, "poll", 2*time.Second, "with --follow, how often an idle drain looks for due rows (on PostgreSQL an enqueue also wakes it at once, except behind a transaction pooler)")
 	return cmd
-}
-
-// windowClosed says whether an identity's customer-service window with a
-// recipient is closed: the recipient has not written within the
-// identity's service_window (none enforced: never closed). A store error
-// counts as open: the provider's own refusal (WhatsApp 131047) is the
-// backstop, and it cannot send anything twice.
-func windowClosed(a *app, st store.Store, now func() time.Time) func(ctx context.Context, identity, recipient string) bool {
-	return func(ctx context.Context, identity, recipient string) bool {
-		id := a.cfg.Identities[identity]
-		if id == nil || id.Window <= 0 {
-			return false
-		}
-		last, err := st.ServiceWindow(ctx, identity, recipient)
-		if err != nil {
-			a.log.Warn("drain: reading the customer-service window failed; sending as if open", "identity", identity, "err", err)
-			return false
-		}
-		return last.IsZero() || !now().Before(last.Add(id.Window))
-	}
-}
-
-// templateHeld says whether a provider reported a template unusable for
-// an identity (msgq webhook notices), from the store's holds, read at
-// most every few seconds: a hold is rare, and a call per send would cost
-// every send a query. A store error counts as not held: the provider
-// refuses a paused template itself (132015), and that sends nothing.
-func templateHeld(a *app, st store.Store) func(ctx context.Context, identity, template, lang string) (string, bool) {
-	var (
-		mu    sync.Mutex
-		read  time.Time
-		holds []store.TemplateHold
-	)
-	return func(ctx context.Context, identity, template, lang string) (string, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if time.Since(read) > 5*time.Second {
-			hs, err := st.TemplateHolds(ctx)
-			if err != nil {
-				a.log.Warn("drain: reading template holds failed; sending as if none", "err", err)
-			} else {
-				holds, read = hs, time.Now()
-			}
-		}
-		for _, h := range holds {
-			if h.Identity == identity && h.Template == template && (h.Lang == "" || h.Lang == lang) {
-				return h.Lang, true
-			}
-		}
-		return "", false
-	}
 }
 
 // leaseOwner names this process in leases: host, pid and a random suffix
@@ -285,4 +234,15 @@ func drainIdentities(ids map[string]*identities.Identity, required bool) (map[st
 			Quiet: id.Quiet, DailyRecipients: id.DailyRecipients}
 	}
 	return out, skipped, nil
+}
+
+// windowOf is each identity's customer-service window (zero: none, or not
+// configured).
+func windowOf(ids map[string]*identities.Identity) func(identity string) time.Duration {
+	return func(identity string) time.Duration {
+		if id := ids[identity]; id != nil {
+			return id.Window
+		}
+		return 0
+	}
 }
