@@ -4,21 +4,18 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"runtime/pprof"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/net/netutil"
 
 	"github.com/msgq/msgq/internal/api"
 	"github.com/msgq/msgq/internal/bodybudget"
 	"github.com/msgq/msgq/internal/events"
+	"github.com/msgq/msgq/internal/httpserve"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/storeopen"
 )
@@ -170,7 +167,7 @@ with a lease).
 	f.IntVar(&o.burst, "burst", api.DefaultBurst, "requests an API key may make at once above --rate")
 	f.DurationVar(&o.keyCache, "key-cache", api.DefaultKeyCache, "how long a key's look-up is trusted: a revoke takes effect within it (0: every request reads the store)")
 	f.IntVar(&o.maxItems, "max-batch", api.DefaultMaxItems, "most messages in one POST /v1/messages/batch")
-	f.IntVar(&o.maxConns, "max-conns", defaultMaxConns, "connections open at once (more wait to be accepted)")
+	f.IntVar(&o.maxConns, "max-conns", httpserve.DefaultMaxConns, "connections open at once (more wait to be accepted)")
 	f.DurationVar(&o.grace, "grace", 10*time.Second, "on SIGINT/SIGTERM, how long requests in progress may finish")
 	f.BoolVar(&o.events, "events", true, "deliver status events to the tenants' endpoints while serving (as msgq endpoints deliver --follow)")
 	f.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile to this file until serve stops (for bench/api)")
@@ -186,26 +183,16 @@ func runServe(ctx context.Context, a *app, tlsCfg *tls.Config, o *serveOptions) 
 	if err != nil && !storeopen.ConnectionLost(err) {
 		return err
 	}
-	var lc net.ListenConfig
-	ln, lerr := lc.Listen(ctx, "tcp", o.addr)
+	ln, lerr := httpserve.Listen(ctx, o.addr, o.maxConns)
 	if lerr != nil {
 		return lerr
 	}
-	ln = netutil.LimitListener(ln, o.maxConns)
 	scheme := "http"
 	if tlsCfg != nil {
 		ln, scheme = tls.NewListener(ln, tlsCfg), "https"
 	}
-	h := &swapHandler{}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		WriteTimeout:      time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-	}
-	srv.ConnState = keepAliveGovernor(srv, o.maxConns)
+	h := &httpserve.Swap{}
+	srv := httpserve.NewServer(h, o.maxConns)
 
 	// The API over an open store, and its event dispatcher; started at once,
 	// or (store unreachable) by the goroutine that keeps opening it.
@@ -227,7 +214,7 @@ func runServe(ctx context.Context, a *app, tlsCfg *tls.Config, o *serveOptions) 
 			MaxBody: o.maxBody, MaxBatchBody: o.maxBatchBody, MaxPending: o.maxPending, Rate: o.rate, Burst: o.burst, KeyCache: o.keyCache, MaxItems: o.maxItems,
 			Log: a.log, ConnectionLost: storeopen.ConnectionLost,
 		})
-		h.set(srvAPI.Handler())
+		h.Set(srvAPI.Handler())
 		if o.events {
 			running.Go(func() { dispatchEvents(ctx, a, st) })
 		}
@@ -239,9 +226,9 @@ func runServe(ctx context.Context, a *app, tlsCfg *tls.Config, o *serveOptions) 
 		// anyway, answering 503 with Retry-After as a store lost mid-run
 		// is answered, and open the store as soon as it can be.
 		a.log.Warn("serve: the store is unreachable; answering 503 until it opens", "err", err)
-		h.set(api.Unavailable(api.DefaultRetryAfter))
+		h.Set(api.Unavailable(api.DefaultRetryAfter))
 		running.Go(func() {
-			if st, ok := openWhenReachable(ctx, a, "serve"); ok {
+			if st, ok := httpserve.OpenWhenReachable(ctx, a.store, storeopen.ConnectionLost, a.log, "serve"); ok {
 				start(st)
 				a.log.Info("serve: the store is open; serving")
 			}
@@ -251,7 +238,7 @@ func runServe(ctx context.Context, a *app, tlsCfg *tls.Config, o *serveOptions) 
 
 	// Each handler waits for its send's write: every 202 sent was durable;
 	// a request cut off got no answer, and its client retries with its key.
-	serveErr := serveUntilDone(ctx, a, srv, ln, o.grace,
+	serveErr := httpserve.Serve(ctx, srv, ln, o.grace, a.log,
 		"serve: requests still in progress after --grace were cut off; their clients retry with their keys")
 	mu.Lock()
 	stopped = true
@@ -267,47 +254,6 @@ func runServe(ctx context.Context, a *app, tlsCfg *tls.Config, o *serveOptions) 
 	running.Wait()
 	fmt.Fprintln(a.ios.Err, "serve: stopped")
 	return nil
-}
-
-// The pauses between attempts to open a store unreachable at start.
-const (
-	storeRetryFirst = time.Second
-	storeRetryMax   = 30 * time.Second
-)
-
-// openWhenReachable opens the store, retrying with a doubling pause while
-// its server cannot be reached, until ctx ends (ok false) or another error
-// comes, which is logged and ends the retries: the server (role: serve or
-// webhook) then answers 503 until it is stopped, and the log says why.
-func openWhenReachable(ctx context.Context, a *app, role string) (store.Store, bool) {
-	for pause := storeRetryFirst; ; pause = min(pause*2, storeRetryMax) {
-		select {
-		case <-ctx.Done():
-			return nil, false
-		case <-time.After(pause):
-		}
-		st, err := a.store(ctx)
-		switch {
-		case err == nil:
-			return st, true
-		case ctx.Err() != nil:
-			return nil, false
-		case !storeopen.ConnectionLost(err):
-			a.log.Error(role+": the store cannot be opened; answering 503 until stopped", "err", err)
-			return nil, false
-		}
-		a.log.Warn(role+": the store is still unreachable", "err", err, "next_try_in", min(pause*2, storeRetryMax).String())
-	}
-}
-
-// swapHandler serves through the handler set last: the 503s of a store
-// not open yet, then the API (or the webhook receiver).
-type swapHandler struct{ h atomic.Pointer[http.Handler] }
-
-func (s *swapHandler) set(h http.Handler) { s.h.Store(&h) }
-
-func (s *swapHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	(*s.h.Load()).ServeHTTP(w, r)
 }
 
 // dispatchEvents delivers status events until ctx ends. A store error

@@ -3,18 +3,15 @@ package cli
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/net/netutil"
 
+	"github.com/msgq/msgq/internal/httpserve"
 	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/storeopen"
@@ -138,7 +135,7 @@ twice --max-pending plus 64 MiB unless GOMEMLIMIT is set.
 	f.StringVar(&o.addr, "addr", ":8080", "address to listen on")
 	f.Int64Var(&o.maxBody, "max-body", webhook.DefaultMaxBody, "largest body accepted, in bytes (larger: 413)")
 	f.Int64Var(&o.maxPending, "max-pending", webhook.DefaultMaxPending, "bytes of bodies held in memory at once, before and while they are verified and stored (beyond: 503 with Retry-After)")
-	f.IntVar(&o.maxConns, "max-conns", defaultMaxConns, "connections open at once (more wait to be accepted)")
+	f.IntVar(&o.maxConns, "max-conns", httpserve.DefaultMaxConns, "connections open at once (more wait to be accepted)")
 	f.DurationVar(&o.tolerance, "tolerance", verify.DefaultTolerance, "how far a Standard Webhooks timestamp may be from now")
 	f.BoolVar(&o.process, "process", true, "process stored deliveries in this process (false: leave them to msgq webhook process)")
 	f.DurationVar(&o.poll, "poll", time.Second, "how often the worker looks again at parked statuses")
@@ -167,24 +164,12 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 		// garbage, which GOGC alone would let double the heap.
 		debug.SetMemoryLimit(2*o.maxPending + 64<<20)
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", o.addr)
+	ln, err := httpserve.Listen(ctx, o.addr, o.maxConns)
 	if err != nil {
 		return err
 	}
-	ln = netutil.LimitListener(ln, o.maxConns)
-	h := &swapHandler{}
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		// Bodies are bounded by --max-body; a minute reads the largest
-		// over a slow link, and stops a client that trickles forever.
-		ReadTimeout:    time.Minute,
-		WriteTimeout:   time.Minute,
-		IdleTimeout:    2 * time.Minute,
-		MaxHeaderBytes: 64 << 10,
-	}
-	srv.ConnState = keepAliveGovernor(srv, o.maxConns)
+	h := &httpserve.Swap{}
+	srv := httpserve.NewServer(h, o.maxConns)
 
 	// The receiver, its clock watch and its worker over an open store:
 	// started at once, or by the goroutine that keeps opening the store.
@@ -223,7 +208,7 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 			}
 		}
 		rcv = webhook.NewReceiver(wc)
-		h.set(rcv.Handler())
+		h.Set(rcv.Handler())
 		if o.process {
 			p := &webhook.Processor{Store: st, PhoneNumberIDs: phoneNumberIDs(a.cfg.Identities),
 				TemplateIdentities: templateIdentities(a.cfg.Identities), Log: a.log}
@@ -233,9 +218,9 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 	if st != nil {
 		start(st)
 	} else {
-		h.set(storeUnavailable(webhookRetryAfter))
+		h.Set(httpserve.Unavailable(webhookRetryAfter))
 		workers.Go(func() {
-			if st, ok := openWhenReachable(ctx, a, "webhook"); ok {
+			if st, ok := httpserve.OpenWhenReachable(ctx, a.store, storeopen.ConnectionLost, a.log, "webhook"); ok {
 				start(st)
 				a.log.Info("webhook: the store is open; serving")
 			}
@@ -246,7 +231,7 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 	// Each handler waits for its delivery's write: every 200 sent was
 	// durable, every delivery cut off got none and its provider retries.
 	// What was handed to the committer is still written by rcv.Close.
-	serveErr := serveUntilDone(ctx, a, srv, ln, o.grace,
+	serveErr := httpserve.Serve(ctx, srv, ln, o.grace, a.log,
 		"webhook: requests still in progress after --grace were cut off; their providers will retry")
 	mu.Lock()
 	stopped = true
@@ -266,56 +251,3 @@ func runWebhookServe(ctx context.Context, a *app, st store.Store, wc webhook.Con
 // webhookRetryAfter is what a 503 of a store not open yet asks a provider
 // to wait: about the first pause between attempts to open it.
 const webhookRetryAfter = 2 * time.Second
-
-// storeUnavailable answers every request 503 with Retry-After: the store
-// is not open yet.
-func storeUnavailable(retryAfter time.Duration) http.Handler {
-	secs := strconv.Itoa(int((retryAfter + time.Second - 1) / time.Second))
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Retry-After", secs)
-		http.Error(w, "the store is not reachable yet; retry later", http.StatusServiceUnavailable)
-	})
-}
-
-// defaultMaxConns bounds webhook serve's open connections: well above what
-// providers open (Meta sends from a few dozen connections), well below a
-// process's usual file limit of 1024.
-const defaultMaxConns = 512
-
-// keepAliveGovernor returns a ConnState hook that turns keep-alives off
-// while the open connections are near the cap, and on again once they are
-// well below it. Without it, idle keep-alive connections (a client that
-// opened many and went quiet, or an attacker) would hold every slot of the
-// LimitListener for IdleTimeout while new deliveries wait to be accepted.
-// SetKeepAlivesEnabled(false) also closes the idle ones at once.
-func keepAliveGovernor(srv *http.Server, maxConns int) func(net.Conn, http.ConnState) {
-	var (
-		mu   sync.Mutex
-		open int
-		off  bool
-	)
-	high, low := maxConns*9/10, maxConns/2
-	return func(_ net.Conn, cs http.ConnState) {
-		mu.Lock()
-		switch cs {
-		case http.StateNew:
-			open++
-		case http.StateClosed, http.StateHijacked:
-			open--
-		}
-		turn := 0
-		switch {
-		case !off && open >= high:
-			off, turn = true, -1
-		case off && open <= low:
-			off, turn = false, 1
-		}
-		mu.Unlock()
-		// Outside mu: closing idle connections takes the server's lock,
-		// and their StateClosed calls come back here (from their own
-		// goroutines).
-		if turn != 0 {
-			srv.SetKeepAlivesEnabled(turn > 0)
-		}
-	}
-}
