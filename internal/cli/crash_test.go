@@ -82,21 +82,10 @@ func (e *msgqEnv) cmd(args ...string) *exec.Cmd {
 		bin = e.bin
 	}
 	c := exec.Command(bin, args...)
-	c.Env = append(inheritedEnv(), e.env...)
+	// TestMain (cleanEnv) has left out the runner's own MSGQ_ and PG
+	// settings: the child gets what the test sets in e.env.
+	c.Env = append(os.Environ(), e.env...)
 	return c
-}
-
-// inheritedEnv is this process's environment without what would steer
-// msgq: its own MSGQ_ settings and libpq's PG defaults, which whoever runs
-// the tests may have set (the test sets what it means in e.env).
-func inheritedEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "MSGQ_") && !strings.HasPrefix(kv, "PG") {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 func (e *msgqEnv) run(args ...string) string {

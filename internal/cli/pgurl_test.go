@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -22,7 +23,13 @@ import (
 // sets exactly the ones it means.
 func pgEnv(t *testing.T, extra ...string) []string {
 	t.Helper()
-	return append(append(inheritedEnv(), "XDG_CONFIG_HOME="+t.TempDir()), extra...)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PG") && !strings.HasPrefix(kv, "MSGQ_") {
+			env = append(env, kv)
+		}
+	}
+	return append(append(env, "XDG_CONFIG_HOME="+t.TempDir()), extra...)
 }
 
 // runMsgq runs msgq with env and returns its output and exit code, killing
