@@ -6,13 +6,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/msgq/msgq/internal/mailtemplate"
+	"github.com/msgq/msgq/internal/queue"
 	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/storeopen"
 )
 
 type sendOptions struct {
-	spec sendSpec
+	spec queue.Spec
 	file string
 	// quietHours is --quiet-hours: with --file, every line's default.
 	quietHours string
@@ -141,7 +142,7 @@ out, in the same transaction. msgq show KEY shows the challenge.
 	f.StringVar(&o.spec.Channel, "channel", "", "channel: whatsapp, sms or email, one the identity sends on (default: the identity's channel)")
 	f.StringVar(&o.spec.Identity, "identity", "", "sending identity (default: default_identity, else sim) [MSGQ_DEFAULT_IDENTITY]")
 	f.StringVar(&o.spec.Template, "template", "", "template name")
-	f.StringVar(&o.spec.Lang, "lang", "", "template language (default "+defaultLang+")")
+	f.StringVar(&o.spec.Lang, "lang", "", "template language (default "+queue.DefaultLang+")")
 	f.StringArrayVar(&o.spec.Params, "param", nil, "template parameter, in order; repeat for each")
 	f.StringVar(&o.spec.Text, "text", "", "free-form text (instead of a template)")
 	f.StringVar(&o.spec.Subject, "subject", "", "an email's subject line, with --text (email only; an email template has its own)")
@@ -167,10 +168,10 @@ out, in the same transaction. msgq show KEY shows the challenge.
 }
 
 // defaults are the settings that fill what a message leaves empty.
-func (a *app) sendDefaults(o *sendOptions) sendDefaults {
-	return sendDefaults{Tenant: a.cfg.Tenant, Identity: a.cfg.DefaultIdentity, Region: a.cfg.Region,
+func (a *app) sendDefaults(o *sendOptions) queue.Defaults {
+	return queue.Defaults{Tenant: a.cfg.Tenant, Identity: a.cfg.DefaultIdentity, Region: a.cfg.Region,
 		Channel: o.spec.Channel, Lane: o.spec.Lane, Purpose: o.spec.Purpose, Identities: a.cfg.Identities,
-		templates: map[string]*mailtemplate.Set{}, QuietHours: o.quietHours}
+		Templates: map[string]*mailtemplate.Set{}, QuietHours: o.quietHours}
 }
 
 // sendResult is what `send -o json` prints: the row, and whether this call
@@ -196,7 +197,7 @@ func enqueueVerb(replayed, revived bool) string {
 }
 
 func runSend(ctx context.Context, a *app, o *sendOptions) error {
-	p, err := o.spec.params(a.now(), a.sendDefaults(o))
+	p, err := o.spec.Admit(a.now(), a.sendDefaults(o))
 	if err != nil {
 		return err
 	}

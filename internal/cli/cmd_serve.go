@@ -16,6 +16,7 @@ import (
 	"github.com/msgq/msgq/internal/bodybudget"
 	"github.com/msgq/msgq/internal/events"
 	"github.com/msgq/msgq/internal/httpserve"
+	"github.com/msgq/msgq/internal/queue"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/storeopen"
 )
@@ -209,7 +210,7 @@ func runServe(ctx context.Context, a *app, tlsCfg *tls.Config, o *serveOptions) 
 			return
 		}
 		srvAPI = api.New(api.Config{
-			Store: st, Parse: a.apiParser(),
+			Store: st, Parse: api.NewSendParser(queue.Defaults{Identity: a.cfg.DefaultIdentity, Region: a.cfg.Region, Identities: a.cfg.Identities}, a.now),
 			Show:    func(ctx context.Context, st store.Store, m *store.Message) (any, error) { return showOf(ctx, st, m) },
 			MaxBody: o.maxBody, MaxBatchBody: o.maxBatchBody, MaxPending: o.maxPending, Rate: o.rate, Burst: o.burst, KeyCache: o.keyCache, MaxItems: o.maxItems,
 			Log: a.log, ConnectionLost: storeopen.ConnectionLost,

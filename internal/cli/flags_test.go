@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/msgq/msgq/internal/queue"
 )
 
 // parseOnly runs msgq's command tree on args with the parse hook set: the
@@ -56,16 +58,16 @@ func TestFlagsParseIntoOptions(t *testing.T) {
 	}{
 		{[]string{"send", "--key", "order-1001", "--to", "+15551234567", "--template", "order_update",
 			"--param", "Ada", "--param", "1001", "--lane", "reply", "--expires-in", "10m", "--ref", "order:1001"},
-			&sendOptions{spec: sendSpec{Key: "order-1001", To: "+15551234567", Template: "order_update",
+			&sendOptions{spec: queue.Spec{Key: "order-1001", To: "+15551234567", Template: "order_update",
 				Params: []string{"Ada", "1001"}, Lane: "reply", ExpiresIn: "10m", Ref: "order:1001"},
 				set: []string{"key", "to", "template", "param", "ref", "expires-in"}}},
 		{[]string{"send", "--key", "otp-1", "--to", "(555) 123-4567", "--region", "US", "--text", "Your code is 1",
 			"--channel", "sms", "--identity", "sms-us", "--purpose", "otp", "--tenant", "shop"},
-			&sendOptions{spec: sendSpec{Key: "otp-1", To: "(555) 123-4567", Region: "US", Text: "Your code is 1",
+			&sendOptions{spec: queue.Spec{Key: "otp-1", To: "(555) 123-4567", Region: "US", Text: "Your code is 1",
 				Channel: "sms", Identity: "sms-us", Purpose: "otp", Tenant: "shop"},
 				set: []string{"key", "to", "text"}}},
 		{[]string{"send", "--file", "-", "--lane", "bulk"},
-			&sendOptions{file: "-", spec: sendSpec{Lane: "bulk"}}},
+			&sendOptions{file: "-", spec: queue.Spec{Lane: "bulk"}}},
 		{[]string{"resolve", "01JX", "--as", "failed", "--note", "provider says no", "--by", "ada"},
 			&resolveOptions{ref: "01JX", as: "failed", note: "provider says no", by: "ada"}},
 		{[]string{"resend", "order-1", "--key", "order-1-r1", "--accept-duplicate-risk", "--tenant", "shop"},

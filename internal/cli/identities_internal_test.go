@@ -3,7 +3,6 @@ package cli
 import (
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/msgq/msgq/internal/health"
 	"github.com/msgq/msgq/internal/identities"
@@ -25,35 +24,6 @@ func TestIdentitiesJSONFieldsArePinned(t *testing.T) {
 	} {
 		if got := jsonKeys(t, tc.v); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: JSON fields %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
-// TestASpecsChannelDefaultsToItsIdentitys: the channel a row gets, from
-// the identity when --channel is not given.
-func TestASpecsChannelDefaultsToItsIdentitys(t *testing.T) {
-	t.Parallel()
-	ids, err := identities.Parse(map[string]identities.Config{
-		"shop":  {Provider: "whatsapp", Settings: map[string]any{"phone_number_id": "1", "token_env": "T"}},
-		"texts": {Provider: "sim", Channel: "sms"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct{ identity, channel, want string }{
-		{"shop", "", "whatsapp"}, {"texts", "", "sms"}, {"sim", "", "whatsapp"}, {"sim", "sms", "sms"},
-		{"shop", "sms", "channel: identity shop (provider whatsapp) does not send on sms (it sends on whatsapp)"},
-		{"shpo", "", `identity: "shpo" is not configured (known: shop, sim, texts)`},
-		{"shop", "fax", `channel: must be whatsapp, sms or email (got "fax")`},
-	} {
-		s := sendSpec{Key: "k", To: "+15551234567", Text: "hi", Identity: tc.identity, Channel: tc.channel}
-		p, err := s.params(time.Now(), sendDefaults{Tenant: "default", Identities: ids})
-		got := p.Channel
-		if err != nil {
-			got = err.Error()
-		}
-		if got != tc.want {
-			t.Errorf("identity %s, channel %q: %s, want %s", tc.identity, tc.channel, got, tc.want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/msgq/msgq/internal/queue"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/storeopen"
 )
@@ -32,7 +33,7 @@ func (c *challengeFlags) given() bool {
 		c.acceptDup || c.ifUndeliv || c.supersedes != ""
 }
 
-func (c *challengeFlags) validate(spec *sendSpec) error {
+func (c *challengeFlags) validate(spec *queue.Spec) error {
 	switch {
 	case len(c.then) == 0:
 		return usagef("--then IDENTITY:TO is required with --then-text, --then-after, --accept-duplicate-risk, --then-if-undelivered and --supersedes")
@@ -55,68 +56,18 @@ func (c *challengeFlags) validate(spec *sendSpec) error {
 	return nil
 }
 
-// stepSpec is one later step of a challenge: a --then with its
-// --then-text, --then-subject and --then-after, or an item of a --file
-// line's "steps".
-type stepSpec struct {
-	Identity string   `json:"identity"`
-	To       string   `json:"to"`
-	Region   string   `json:"region"`
-	Channel  string   `json:"channel"`
-	Template string   `json:"template"`
-	Lang     string   `json:"lang"`
-	Params   []string `json:"params"`
-	Text     string   `json:"text"`
-	Subject  string   `json:"subject"`
-	After    string   `json:"after"`
-}
-
 // params builds the challenge: step 1 is the send the other flags
 // describe, each --then a step after it.
-func (c *challengeFlags) params(spec *sendSpec, now time.Time, d sendDefaults) (store.ChallengeParams, error) {
-	steps := make([]stepSpec, len(c.then))
+func (c *challengeFlags) params(spec *queue.Spec, now time.Time, d queue.Defaults) (store.ChallengeParams, error) {
+	steps := make([]queue.Step, len(c.then))
 	for i, t := range c.then {
 		id, to, _ := strings.Cut(t, ":")
-		steps[i] = stepSpec{Identity: id, To: to, Text: c.thenText[i], After: c.thenAfter[i]}
+		steps[i] = queue.Step{Identity: id, To: to, Text: c.thenText[i], After: c.thenAfter[i]}
 		if i < len(c.thenSubject) {
 			steps[i].Subject = c.thenSubject[i]
 		}
 	}
-	return challengeParams(spec, steps, c.acceptDup, c.ifUndeliv, c.supersedes, now, d)
-}
-
-// challengeParams builds a challenge from its first send and its later
-// steps. Errors are bad input (exit 2) naming the step.
-func challengeParams(spec *sendSpec, steps []stepSpec, acceptDup, ifUndeliv bool, supersedes string, now time.Time, d sendDefaults) (store.ChallengeParams, error) {
-	first, err := spec.params(now, d)
-	if err != nil {
-		return store.ChallengeParams{}, err
-	}
-	p := store.ChallengeParams{Tenant: first.Tenant, Key: first.Key, ExpiresIn: first.ExpiresIn, ExpiresAt: first.ExpiresAt,
-		AcceptDuplicateRisk: acceptDup, FallbackUndelivered: ifUndeliv, Supersedes: supersedes,
-		Steps: []store.ChallengeStepParams{{EnqueueParams: first}}}
-	for i, st := range steps {
-		name := fmt.Sprintf("step %d (%s:%s)", i+2, st.Identity, st.To)
-		after, err := time.ParseDuration(st.After)
-		if err != nil || after <= 0 {
-			return p, &store.InvalidError{Field: name + ": after", Msg: fmt.Sprintf("%q must be a positive duration like 2m", st.After)}
-		}
-		region := st.Region
-		if region == "" {
-			region = spec.Region
-		}
-		s := sendSpec{Key: spec.Key, To: st.To, Region: region, Channel: st.Channel, Identity: st.Identity, Template: st.Template,
-			Lang: st.Lang, Params: st.Params, Text: st.Text, Subject: st.Subject, Purpose: spec.Purpose,
-			Ref: spec.Ref, Lane: spec.Lane, ExpiresIn: spec.ExpiresIn, ExpiresAt: spec.ExpiresAt, Tenant: spec.Tenant}
-		sd := d
-		sd.Channel = "" // --channel is step 1's; a step's identity decides its own
-		ep, err := s.params(now, sd)
-		if err != nil {
-			return p, fmt.Errorf("%s: %w", name, err)
-		}
-		p.Steps = append(p.Steps, store.ChallengeStepParams{EnqueueParams: ep, After: after})
-	}
-	return p, nil
+	return queue.ChallengeParams(spec, steps, c.acceptDup, c.ifUndeliv, c.supersedes, now, d)
 }
 
 // challengeResult is what `send -o json` prints for a challenge.

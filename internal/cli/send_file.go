@@ -16,6 +16,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/msgq/msgq/internal/api"
+	"github.com/msgq/msgq/internal/queue"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/storeopen"
 )
@@ -52,7 +53,7 @@ type bulkCounts struct{ lines, enqueued, replayed, revived, invalid, conflict in
 type bulk struct {
 	a      *app
 	st     store.Store
-	defs   sendDefaults
+	defs   queue.Defaults
 	out    *bufio.Writer
 	counts bulkCounts
 }
@@ -134,19 +135,6 @@ func runSendFile(ctx context.Context, a *app, o *sendOptions) error {
 // utf8BOM is the UTF-8 byte-order mark.
 var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 
-// invalidUTF8At is the 1-based offset of the first byte of b that is not
-// valid UTF-8.
-func invalidUTF8At(b []byte) int {
-	for i := 0; i < len(b); {
-		r, size := utf8.DecodeRune(b[i:])
-		if r == utf8.RuneError && size <= 1 {
-			return i + 1
-		}
-		i += size
-	}
-	return 0
-}
-
 // read parses the input into batches of bulkBatch good lines and closes
 // out at the end (or when ctx is done).
 func (b *bulk) read(ctx context.Context, in io.Reader, out chan<- *batch) {
@@ -204,12 +192,12 @@ func openInput(a *app, name string) (io.ReadCloser, int64, error) {
 
 // add parses one non-blank line into bt.
 func (b *bulk) add(bt *batch, n int, line []byte) {
-	var spec sendSpec
+	var spec queue.Spec
 	var p store.EnqueueParams
 	err := parseLine(line, &spec)
-	if err == nil && (len(spec.Steps) > 0 || spec.Supersedes != "" || spec.AcceptDuplicateRisk || spec.ThenIfUndelivered) {
+	if err == nil && spec.IsChallenge() {
 		var cp store.ChallengeParams
-		cp, err = lineChallengeParams(&spec, b.a.now(), b.defs)
+		cp, err = spec.Challenge(b.a.now(), b.defs)
 		if err == nil {
 			bt.lines = append(bt.lines, lineResult{Line: n, Key: cp.Key})
 			bt.idx = append(bt.idx, -1)
@@ -218,7 +206,7 @@ func (b *bulk) add(bt *batch, n int, line []byte) {
 		}
 	}
 	if err == nil {
-		p, err = spec.params(b.a.now(), b.defs)
+		p, err = spec.Admit(b.a.now(), b.defs)
 	}
 	if err != nil {
 		bt.lines = append(bt.lines, lineResult{Line: n, Result: "invalid", Key: spec.Key, Error: oneLine(err.Error())})
@@ -233,12 +221,12 @@ func (b *bulk) add(bt *batch, n int, line []byte) {
 // parseLine decodes one JSON object, refusing unknown fields, trailing
 // data and a key given twice, so a typo in a field name never silently
 // drops a setting and no setting is silently overridden.
-func parseLine(line []byte, spec *sendSpec) error {
+func parseLine(line []byte, spec *queue.Spec) error {
 	// Checked on the raw bytes: the JSON decoder would silently turn
 	// invalid UTF-8 into U+FFFD, and the customer would get the
 	// replacement characters.
 	if !utf8.Valid(line) {
-		return usagef("not valid UTF-8 (at byte %d of the line)", invalidUTF8At(line))
+		return usagef("not valid UTF-8 (at byte %d of the line)", queue.InvalidUTF8At(line))
 	}
 	dec := json.NewDecoder(bytes.NewReader(line))
 	dec.DisallowUnknownFields()
@@ -352,20 +340,6 @@ func (b *bulk) flush(ctx context.Context, bt *batch) error {
 type lineChallenge struct {
 	line   int
 	params store.ChallengeParams
-}
-
-// lineChallengeParams checks a --file line with "steps" as send's --then
-// flags are checked, and builds its challenge.
-func lineChallengeParams(spec *sendSpec, now time.Time, d sendDefaults) (store.ChallengeParams, error) {
-	switch {
-	case len(spec.Steps) == 0:
-		return store.ChallengeParams{}, usagef("accept_duplicate_risk, then_if_undelivered and supersedes need \"steps\"")
-	case spec.NotBefore != "":
-		return store.ChallengeParams{}, usagef("not_before cannot be combined with steps: a challenge's first step goes out at once")
-	case spec.ExpiresIn == "" && spec.ExpiresAt == "":
-		return store.ChallengeParams{}, usagef("a challenge needs a deadline: expires_in or expires_at")
-	}
-	return challengeParams(spec, spec.Steps, spec.AcceptDuplicateRisk, spec.ThenIfUndelivered, spec.Supersedes, now, d)
 }
 
 func (b *bulk) print(lr *lineResult) error {
