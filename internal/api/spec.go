@@ -10,10 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/queue"
-	"github.com/msgq/msgq/internal/recipient"
-	"github.com/msgq/msgq/internal/store"
 )
 
 // templateBody is a template in the API's JSON (docs/openapi.json).
@@ -133,17 +130,8 @@ func invalid(field, msg string) *Error {
 // apiInvalid is the 422 for what the CLI would refuse with exit 2, naming
 // the field when the error does.
 func invalidErr(err error) *Error {
-	e := &Error{Status: http.StatusUnprocessableEntity, Code: CodeInvalid, Message: strings.Join(strings.Fields(err.Error()), " ")}
-	var ie *store.InvalidError
-	var pe *phone.Error
-	var re *recipient.Error
-	switch {
-	case errors.As(err, &ie):
-		e.Field = ie.Field
-	case errors.As(err, &pe), errors.As(err, &re):
-		e.Field = "to"
-	}
-	return e
+	return &Error{Status: http.StatusUnprocessableEntity, Code: CodeInvalid, Field: queue.FieldOf(err),
+		Message: strings.Join(strings.Fields(err.Error()), " ")}
 }
 
 // decodeStrict decodes one JSON object, refusing invalid UTF-8, unknown

@@ -133,17 +133,24 @@ an object on stdout.
 			watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(cmd.Context()))
 			defer stopWatch()
 			clk.Start(watchCtx)
-			sum, err := drain.Run(cmd.Context(), drain.Config{
+			cfg := drain.Config{
 				Store: st, Identities: ids, Owner: owner, Lease: o.lease, CallTimeout: o.callTimeout,
 				Concurrency: o.concurrency, Lane: o.lane, Only: o.identities, Follow: o.follow,
 				MaxDuration: o.maxDuration, MaxMessages: o.maxMessages, Grace: o.grace, IdlePoll: o.poll, Log: a.log,
 				WindowClosed: drain.StoreWindow(st, windowOf(a.cfg.Identities), clk.Now, a.log), HoldFor: o.holdFor, Now: clk.Now,
 				TemplateHeld: drain.StoreTemplateHolds(st, time.Now, a.log),
 				OptedOut:     st.OptedOut,
-			})
+			}
+			if adm := intakeAdmission(a, st, clk.Now); adm != nil {
+				cfg.Admit = adm.Run
+			}
+			sum, err := drain.Run(cmd.Context(), cfg)
 			stopWatch()
 			fmt.Fprintf(a.ios.Err, "drain: claimed %d, sent %d, retried %d, failed %d, unknown %d, identity pauses %d, leases lost %d, given back %d (%.1fs)\n",
 				sum.Claimed, sum.Sent, sum.Retried, sum.Failed, sum.Unknown, sum.Paused, sum.LeaseLost, sum.GivenBack, sum.Seconds)
+			if sum.Admitted > 0 || sum.Invalid > 0 {
+				fmt.Fprintf(a.ios.Err, "drain: rows taken in by SQL: admitted %d, failed as invalid %d\n", sum.Admitted, sum.Invalid)
+			}
 			if a.cfg.Output == outJSON {
 				if perr := printJSON(a.ios.Out, sum); perr != nil && err == nil {
 					err = perr

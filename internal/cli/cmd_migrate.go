@@ -19,9 +19,9 @@ func newMigrateCmd(a *app) *cobra.Command {
 run this explicitly before rolling out a new msgq to many hosts. Safe to run from
 several processes at once.
 
-On PostgreSQL it also records the config's identities and their channels for the
-SQL function enqueue(), which applications call inside their own transactions
-(docs/sql-enqueue.md): run it with the config the drains use.
+On PostgreSQL it also records the config's identity names (and its default) for
+the SQL function enqueue(), which applications call inside their own transactions
+(docs/sql-enqueue.md): run it once for a config that adds an identity.
 
 ` + exitStatusHelp,
 		Args: exactArgs(0, "no arguments"),
@@ -68,22 +68,12 @@ SQL function enqueue(), which applications call inside their own transactions
 	}
 }
 
-// sqlIdentities are cfg's identities as enqueue() checks a send against
-// them (docs/sql-enqueue.md), in name order.
+// sqlIdentities are cfg's identity names as enqueue() accepts them
+// (docs/sql-enqueue.md), in name order.
 func sqlIdentities(cfg *config) []store.SQLIdentity {
 	out := make([]store.SQLIdentity, 0, len(cfg.Identities))
 	for _, name := range slices.Sorted(maps.Keys(cfg.Identities)) {
-		id := cfg.Identities[name]
-		sid := store.SQLIdentity{Name: name, Channels: id.Channels, Default: name == cfg.DefaultIdentity,
-			MaxSegments: id.Config.MaxSegments, QuietExemptLanes: id.Quiet.ExemptLanes, QuietExemptPurposes: id.Quiet.ExemptPurposes}
-		if id.Quiet.Window != nil {
-			sid.QuietWindow = id.Quiet.Window.String()
-		}
-		if id.Quiet.Zone != nil {
-			// The name the zone was loaded by, as quiet.Hold says it.
-			sid.QuietZone = id.Quiet.Zone.String()
-		}
-		out = append(out, sid)
+		out = append(out, store.SQLIdentity{Name: name, Default: name == cfg.DefaultIdentity})
 	}
 	return out
 }

@@ -219,6 +219,9 @@ func runServe(ctx context.Context, a *app, tlsCfg *tls.Config, o *serveOptions) 
 		if o.events {
 			running.Go(func() { dispatchEvents(ctx, a, st) })
 		}
+		// Rows an application's enqueue() took in are admitted here too,
+		// so a queue served by msgq serve needs no drain to check them.
+		running.Go(func() { followIntake(ctx, a, st, "serve") })
 	}
 	if err == nil {
 		start(st)

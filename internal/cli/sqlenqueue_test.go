@@ -87,7 +87,7 @@ ROLLBACK;
 	if code != 0 || len(gone) != 26 {
 		t.Fatalf("psql enqueue then rollback: %q, exit %d: %s", gone, code, errs)
 	}
-	again, errs, code := psql(`SELECT ` + q + `.enqueue(key => 'psql-1001', to_addr => '+15551234567', template => 'order_update', params => ARRAY['Ada', '1001']);`)
+	again, errs, code := psql(`SELECT ` + q + `.enqueue(key => 'psql-1001', to_addr => '+1 (555) 123-4567', template => 'order_update', params => ARRAY['Ada', '1001']);`)
 	if code != 0 || again != id {
 		t.Fatalf("psql replay: %q, exit %d: %s; want %s", again, code, errs, id)
 	}
@@ -96,14 +96,20 @@ ROLLBACK;
 		!strings.Contains(errs, "DETAIL:  "+id+"\n") {
 		t.Fatalf("psql conflict: exit %d, stderr %q; want SQLSTATE MQ409 with DETAIL %s", code, errs, id)
 	}
-	_, errs, code = psql(`SELECT ` + q + `.enqueue(key => 'psql-bad', to_addr => '+1555', text => 'hi');`)
-	if code != 3 || !strings.Contains(errs, "ERROR:  MQ422: msgq: to invalid phone number \"+1555\"") {
-		t.Fatalf("psql bad number: exit %d, stderr %q; want SQLSTATE MQ422 naming to", code, errs)
+	_, errs, code = psql(`SELECT ` + q + `.enqueue(key => 'psql bad', to_addr => '+15551234567', text => 'hi');`)
+	if code != 3 || !strings.Contains(errs, "ERROR:  MQ422: msgq: key \"psql bad\" must be 1 to 64 characters") {
+		t.Fatalf("psql bad key: exit %d, stderr %q; want SQLSTATE MQ422 naming key", code, errs)
 	}
-	// msgq migrate recorded texts' max_segments: a second segment is refused.
-	_, errs, code = psql(`SELECT ` + q + `.enqueue(key => 'psql-long', identity => 'texts', to_addr => '+15551234567', text => repeat('a', 161));`)
-	if code != 3 || !strings.Contains(errs, "ERROR:  MQ422: msgq: text is 2 SMS segments (GSM-7, 161 characters); identity texts allows at most 1 (max_segments)") {
-		t.Fatalf("psql text over max_segments: exit %d, stderr %q; want SQLSTATE MQ422 naming text", code, errs)
+	// What needs the admission is taken in, and the drain fails it with
+	// msgq send's error: a number too short; a second SMS segment where
+	// the config allows one (texts' max_segments).
+	badNumber, errs, code := psql(`SELECT ` + q + `.enqueue(key => 'psql-bad', to_addr => '+1555', text => 'hi');`)
+	if code != 0 || len(badNumber) != 26 {
+		t.Fatalf("psql bad number: %q, exit %d: %s; want it taken in", badNumber, code, errs)
+	}
+	long, errs, code := psql(`SELECT ` + q + `.enqueue(key => 'psql-long', identity => 'texts', to_addr => '+15551234567', text => repeat('a', 161));`)
+	if code != 0 || len(long) != 26 {
+		t.Fatalf("psql text over max_segments: %q, exit %d: %s; want it taken in", long, code, errs)
 	}
 
 	// Python.
@@ -118,7 +124,9 @@ ROLLBACK;
 		ID           string `json:"id"`
 		RolledBackID string `json:"rolled_back_id"`
 		ReplayID     string `json:"replay_id"`
+		BadNumberID  string `json:"bad_number_id"`
 		Conflict     pyErr  `json:"conflict"`
+		Reformatted  pyErr  `json:"reformatted"`
 		Invalid      pyErr  `json:"invalid"`
 	}
 	if err := json.Unmarshal(out, &py); err != nil {
@@ -130,8 +138,11 @@ ROLLBACK;
 	if py.Conflict.SQLState != "MQ409" || py.Conflict.Detail != py.ID || py.Conflict.Column != "key" {
 		t.Fatalf("python conflict: %+v; want MQ409 with DETAIL %s", py.Conflict, py.ID)
 	}
-	if py.Invalid.SQLState != "MQ422" || py.Invalid.Column != "to" {
-		t.Fatalf("python bad number: %+v; want MQ422 naming to", py.Invalid)
+	if py.Reformatted.SQLState != "MQ409" || py.Reformatted.Detail != py.ID {
+		t.Fatalf("python, the same send with its number written another way: %+v; want MQ409 with DETAIL %s (a replay is the same call)", py.Reformatted, py.ID)
+	}
+	if py.Invalid.SQLState != "MQ422" || py.Invalid.Column != "key" {
+		t.Fatalf("python bad key: %+v; want MQ422 naming key", py.Invalid)
 	}
 
 	// The drain, following, notices the commits and sends them.
@@ -147,6 +158,15 @@ ROLLBACK;
 			t.Fatalf("drain --follow did not send them: %s %s, %s %s", a.Key, a.State, b.Key, b.State)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	for _, c := range []struct{ id, why string }{
+		{badNumber, `to: invalid phone number "+1555"`},
+		{long, "text: is 2 SMS segments (GSM-7, 161 characters); identity texts allows at most 1 (max_segments)"},
+		{py.BadNumberID, `to: invalid phone number "12"`},
+	} {
+		if m := e.get(c.id); m.State != state.Failed || m.Reason != state.Invalid || !strings.HasPrefix(m.LastError, c.why) {
+			t.Fatalf("%s: %s(%s) %q; want failed(invalid) %q", m.Key, m.State, m.Reason, m.LastError, c.why)
+		}
 	}
 	for _, ref := range []string{gone, "psql-rolled-back", py.RolledBackID, "py-rolled-back"} {
 		if _, err := st.MessageGet(ctx, store.DefaultTenant, ref); !errors.Is(err, store.ErrNotFound) {

@@ -96,6 +96,14 @@ type Config struct {
 	// opt-out data.
 	OptedOut func(ctx context.Context, identity, recipient string) (bool, error)
 
+	// Admit, when set, decides the store's intake rows (PostgreSQL's
+	// enqueue(), docs/sql-enqueue.md: internal/queue's Admission.Run),
+	// queueing the valid ones. The drain runs it when it starts, whenever
+	// a claim finds nothing, and at most every AdmitEvery while claims
+	// keep finding rows: rows taken in by SQL are queued promptly, at no
+	// cost to a claim.
+	Admit func(ctx context.Context) (store.IntakeResult, error)
+
 	// Now is the store's clock as this process knows it (its host's
 	// clock corrected by the measured offset; time.Now when nil): pacing
 	// slots, deadlines and leases come from the store's clock, and the
@@ -122,6 +130,14 @@ type Config struct {
 // process may take the row over.
 const CallMargin = time.Second
 
+// AdmitEvery is how often a busy drain admits intake rows (Config.Admit);
+// admitIdleEvery how often one that finds nothing to claim does (each
+// wake-up, but not each of the short waits while calls are out).
+const (
+	AdmitEvery     = time.Second
+	admitIdleEvery = 50 * time.Millisecond
+)
+
 // processStart anchors the default monotonic clock.
 var processStart = time.Now()
 
@@ -141,8 +157,12 @@ type Summary struct {
 	LeaseLost int `json:"lease_lost"`
 	// GivenBack counts rows given back without a call because the lease
 	// check failed (the process was frozen, or a clock jumped).
-	GivenBack int     `json:"given_back"`
-	Seconds   float64 `json:"seconds"`
+	GivenBack int `json:"given_back"`
+	// Admitted and Invalid count the intake rows this run queued and
+	// failed as invalid (Config.Admit).
+	Admitted int     `json:"admitted"`
+	Invalid  int     `json:"invalid"`
+	Seconds  float64 `json:"seconds"`
 }
 
 func (c *Config) defaults() error {
@@ -336,6 +356,26 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		wake = w
 	}
 
+	// admit runs Config.Admit and says whether it queued rows. Its
+	// failure is no reason to stop sending what is queued already.
+	var lastAdmit time.Duration
+	admit := func() bool {
+		if cfg.Admit == nil {
+			return false
+		}
+		lastAdmit = cfg.Mono()
+		res, err := cfg.Admit(ctx)
+		d.add(func(s *Summary) { s.Admitted += res.Admitted; s.Invalid += res.Invalid })
+		if err != nil && ctx.Err() == nil {
+			cfg.Log.Warn("admitting rows taken in by SQL failed", "err", err)
+		}
+		if res.Invalid > 0 {
+			cfg.Log.Warn("rows taken in by SQL failed as invalid (msgq list --state failed shows their errors)", "invalid", res.Invalid)
+		}
+		return res.Admitted > 0
+	}
+	admit()
+
 	sem := make(chan struct{}, cfg.Concurrency)
 	done := make(chan struct{}, cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -358,6 +398,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		if want <= 0 || (len(sem) > 0 && want < (cfg.Concurrency+1)/2 && (cfg.MaxMessages == 0 || claimed+want < cfg.MaxMessages)) {
 			waitOne(ctx, done, time.Second)
 			continue
+		}
+		if cfg.Admit != nil && cfg.Mono()-lastAdmit >= AdmitEvery {
+			admit()
 		}
 		// The lease is counted from before the claim is asked for: the
 		// store sets it no earlier, so it lasts at least this long.
@@ -388,6 +431,12 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			continue
 		}
 		if len(cs) == 0 {
+			// Nothing claimable: rows may wait in intake, taken in since
+			// the last admission (not checked again within
+			// admitIdleEvery: the short waits while calls are out).
+			if cfg.Mono()-lastAdmit >= admitIdleEvery && admit() {
+				continue
+			}
 			if len(sem) > 0 {
 				// Calls in flight may free pacing slots or end the run.
 				waitOne(ctx, done, idle)
@@ -396,12 +445,16 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 			if !cfg.Follow {
 				break
 			}
+			// Woken (or the poll is up): rows may wait in intake as well
+			// as in the queue.
 			if wake != nil {
 				waitOne(ctx, wake, cfg.IdlePoll)
+				admit()
 				continue
 			}
 			sleep(ctx, idle)
 			idle = min(idle*2, cfg.IdlePoll)
+			admit()
 			continue
 		}
 		idle = 50 * time.Millisecond

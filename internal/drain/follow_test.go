@@ -24,6 +24,13 @@ import (
 // MSGQ_TEST_POSTGRES_URL, and fail without it in CI.
 func postgresStore(t *testing.T) (*postgres.Store, func() *postgres.Store) {
 	t.Helper()
+	s, open, _ := postgresSchema(t)
+	return s, open
+}
+
+// postgresSchema is postgresStore, and the schema's name.
+func postgresSchema(t *testing.T) (*postgres.Store, func() *postgres.Store, string) {
+	t.Helper()
 	url := os.Getenv("MSGQ_TEST_POSTGRES_URL")
 	if url == "" {
 		if os.Getenv("CI") != "" {
@@ -53,7 +60,7 @@ func postgresStore(t *testing.T) (*postgres.Store, func() *postgres.Store) {
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
-	return open(), open
+	return open(), open, schema
 }
 
 // claimWatch is a store that reports each claim that found nothing.

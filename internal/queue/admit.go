@@ -5,6 +5,7 @@
 package queue
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/msgq/msgq/internal/duration"
 	"github.com/msgq/msgq/internal/identities"
 	"github.com/msgq/msgq/internal/mailtemplate"
+	"github.com/msgq/msgq/internal/phone"
 	"github.com/msgq/msgq/internal/quiet"
 	"github.com/msgq/msgq/internal/recipient"
 	"github.com/msgq/msgq/internal/sms"
@@ -281,6 +283,22 @@ func quietSchedule(p *store.EnqueueParams, override string, id *identities.Ident
 		p.NotBefore, p.NotBeforeIn = until, 0
 	}
 	return nil
+}
+
+// FieldOf is the input field an admission error names: an
+// *store.InvalidError's, "to" for an address that cannot be read ("" when
+// it names none).
+func FieldOf(err error) string {
+	var ie *store.InvalidError
+	var pe *phone.Error
+	var re *recipient.Error
+	switch {
+	case errors.As(err, &ie):
+		return ie.Field
+	case errors.As(err, &pe), errors.As(err, &re):
+		return "to"
+	}
+	return ""
 }
 
 // InvalidUTF8At is the 1-based offset of the first byte of b that is not

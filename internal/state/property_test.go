@@ -212,8 +212,14 @@ func walkFromNone(t *rapid.T, steps int) {
 		if from.Finished() && !to.Finished() {
 			t.Fatalf("step %d: finished %s became unfinished %s on %s", i, from, to, ev)
 		}
-		if from == None && ev.Kind != Enqueue {
+		if from == None && ev.Kind != Enqueue && ev.Kind != TakeIn {
 			t.Fatalf("step %d: %s created a row", i, ev)
+		}
+		if to == Intake && from != None {
+			t.Fatalf("step %d: %s went back to intake on %s; a row is taken in only when it is created", i, from, ev)
+		}
+		if from == Intake && to != Queued && !(to == Failed && (res.Reason == Invalid || res.Reason == Expired)) {
+			t.Fatalf("step %d: intake left for %s(%s) on %s; only admission (queued), invalid or expiry may move it", i, to, res.Reason, ev)
 		}
 
 		r = row{to, res.Reason}
@@ -242,9 +248,9 @@ func TestPropertyRefusalsAreTheOnlyErrors(t *testing.T) {
 			rapid.Map(rapid.String(), func(s string) State { return State(s) }),
 		).Draw(t, "from")
 		ev := Event{
-			Kind:   rapid.OneOf(rapid.SampledFrom([]Kind{Enqueue, Claim, Accept, Retry, Ambiguous, Fail, Cancel, LeaseExpired, LeaseRequeue, Evidence, Resolve, Revive}), rapid.Map(rapid.String(), func(s string) Kind { return Kind(s) })).Draw(t, "kind"),
+			Kind:   rapid.OneOf(rapid.SampledFrom([]Kind{Enqueue, TakeIn, Admit, Claim, Accept, Retry, Ambiguous, Fail, Cancel, LeaseExpired, LeaseRequeue, Evidence, Resolve, Revive}), rapid.Map(rapid.String(), func(s string) Kind { return Kind(s) })).Draw(t, "kind"),
 			Status: rapid.OneOf(rapid.SampledFrom(withNone(All)), rapid.Map(rapid.String(), func(s string) State { return State(s) })).Draw(t, "status"),
-			Reason: rapid.OneOf(rapid.SampledFrom([]Reason{NoReason, Permanent, Expired, Exhausted, Canceled, Resolved, OptedOut}), rapid.Map(rapid.String(), func(s string) Reason { return Reason(s) })).Draw(t, "reason"),
+			Reason: rapid.OneOf(rapid.SampledFrom([]Reason{NoReason, Permanent, Expired, Exhausted, Canceled, Resolved, OptedOut, Invalid}), rapid.Map(rapid.String(), func(s string) Reason { return Reason(s) })).Draw(t, "reason"),
 		}
 		res, err := Transition(from, ev)
 		if err != nil {

@@ -15,7 +15,13 @@ type State string
 // The states. Keep this set small: detail belongs in Reason and in history.
 const (
 	// None is the state before a row exists; only Enqueue leaves it.
-	None      State = ""
+	None State = ""
+	// Intake is a row PostgreSQL's enqueue() took in inside an
+	// application's transaction, its input checked only for what must be
+	// synchronous (the key, the identity's name): no drain claims it
+	// until the Go admission (internal/queue) admits it to queued or
+	// fails it as invalid (docs/sql-enqueue.md).
+	Intake    State = "intake"
 	Queued    State = "queued"
 	Sending   State = "sending"
 	Unknown   State = "unknown"
@@ -26,7 +32,7 @@ const (
 )
 
 // All lists every state a row can be in, in rank order.
-var All = []State{Queued, Sending, Unknown, Sent, Failed, Delivered, Read}
+var All = []State{Intake, Queued, Sending, Unknown, Sent, Failed, Delivered, Read}
 
 // Rank orders states for provider evidence, which only moves a row forward.
 // sending and unknown share a rank: both mean "a call may be out there".
@@ -34,7 +40,7 @@ var All = []State{Queued, Sending, Unknown, Sent, Failed, Delivered, Read}
 // a delivery the customer already has.
 func (s State) Rank() int {
 	switch s {
-	case Queued:
+	case Intake, Queued:
 		return 0
 	case Sending, Unknown:
 		return 1
@@ -71,7 +77,7 @@ func (s State) InFlight() bool { return s == Sending || s == Unknown }
 func Parse(s string) (State, error) {
 	st := State(s)
 	if !st.Valid() {
-		return None, fmt.Errorf("unknown state %q (want one of queued, sending, unknown, sent, failed, delivered, read)", s)
+		return None, fmt.Errorf("unknown state %q (want one of intake, queued, sending, unknown, sent, failed, delivered, read)", s)
 	}
 	return st, nil
 }
@@ -92,6 +98,10 @@ const (
 	// Twilio 21610). Nothing went out, so the row keeps no claim on its
 	// key: a later enqueue of the same key revives it (Revive).
 	OptedOut Reason = "opted_out"
+	// Invalid is an intake row the admission refused: the input
+	// enqueue() took in is not a valid send (the row's last_error names
+	// the field). Nothing went out.
+	Invalid Reason = "invalid"
 )
 
 // Policy says whether r is a policy refusal: the row failed before
@@ -102,7 +112,7 @@ func (r Reason) Policy() bool { return r == OptedOut }
 // Valid reports whether r is a known failure reason (not NoReason).
 func (r Reason) Valid() bool {
 	switch r {
-	case Permanent, Expired, Exhausted, Canceled, Resolved, OptedOut:
+	case Permanent, Expired, Exhausted, Canceled, Resolved, OptedOut, Invalid:
 		return true
 	}
 	return false
@@ -114,6 +124,8 @@ type Kind string
 // The event kinds. Source of each in brackets.
 const (
 	Enqueue      Kind = "enqueue"       // [send] a new row is created
+	TakeIn       Kind = "take_in"       // [sql] PostgreSQL's enqueue() creates a row, not yet admitted
+	Admit        Kind = "admit"         // [admission] an intake row is a valid send: it is queued
 	Claim        Kind = "claim"         // [drain] the row is leased for a provider call
 	Accept       Kind = "accept"        // [drain] the provider accepted the call
 	Retry        Kind = "retry"         // [drain] a definite retryable answer: the call provably did not go through, or the provider dedupes by key
@@ -196,13 +208,25 @@ func Transition(from State, ev Event) (Result, error) {
 	if from != None && !from.Valid() {
 		return refuse(from, ev, "unknown state")
 	}
-	if from == None && ev.Kind != Enqueue {
+	if from == None && ev.Kind != Enqueue && ev.Kind != TakeIn {
 		return refuse(from, ev, "the row does not exist")
 	}
 	switch ev.Kind {
 	case Enqueue:
 		if from != None {
 			return refuse(from, ev, "the row already exists")
+		}
+		return move(Queued)
+
+	case TakeIn:
+		if from != None {
+			return refuse(from, ev, "the row already exists")
+		}
+		return move(Intake)
+
+	case Admit:
+		if from != Intake {
+			return refuse(from, ev, "only an intake row is admitted")
 		}
 		return move(Queued)
 
@@ -240,9 +264,15 @@ func Transition(from State, ev Event) (Result, error) {
 			}
 		case Expired:
 			// A queued row past its deadline fails without a call; a sending
-			// row whose retry would land past it fails on the answer.
-			if from != Queued && from != Sending {
-				return refuse(from, ev, "only a queued or sending row can expire")
+			// row whose retry would land past it fails on the answer; an
+			// intake row whose deadline passed before it was admitted never
+			// goes out.
+			if from != Intake && from != Queued && from != Sending {
+				return refuse(from, ev, "only an intake, queued or sending row can expire")
+			}
+		case Invalid:
+			if from != Intake {
+				return refuse(from, ev, "only an intake row is refused as invalid: every other row was admitted")
 			}
 		case OptedOut:
 			// Refused before any call (the drain found the opt-out) or by
@@ -251,7 +281,7 @@ func Transition(from State, ev Event) (Result, error) {
 				return refuse(from, ev, "only a queued or sending row is refused for an opt-out")
 			}
 		default:
-			return refuse(from, ev, "fail needs reason permanent, expired, exhausted or opted_out")
+			return refuse(from, ev, "fail needs reason permanent, expired, exhausted, opted_out or invalid")
 		}
 		return fail(ev.Reason)
 
@@ -317,6 +347,9 @@ func Transition(from State, ev Event) (Result, error) {
 
 // evidence applies a provider-reported status forward-only by rank.
 func evidence(from State, ev Event) (Result, error) {
+	if from == Intake {
+		return refuse(from, ev, "an intake row has not been admitted, so nothing of it was sent")
+	}
 	switch ev.Status {
 	case Sent, Delivered, Read:
 	case Failed:

@@ -25,6 +25,8 @@ var (
 	evLeaseExpired = Event{Kind: LeaseExpired}
 	evLeaseRequeue = Event{Kind: LeaseRequeue}
 	evAbandon      = Event{Kind: Abandon}
+	evTakeIn       = Event{Kind: TakeIn}
+	evAdmit        = Event{Kind: Admit}
 )
 
 func failWith(r Reason) Event      { return Event{Kind: Fail, Reason: r} }
@@ -36,6 +38,8 @@ func withNone(all []State) []State { return append([]State{None}, all...) }
 // allEvents is every event the matrix covers, in the order the matrix lists them.
 var allEvents = []Event{
 	evEnqueue,
+	evTakeIn,
+	evAdmit,
 	evClaim,
 	evAccept,
 	evRetry,
@@ -46,12 +50,14 @@ var allEvents = []Event{
 	failWith(Canceled),
 	failWith(Resolved),
 	failWith(OptedOut),
+	failWith(Invalid),
 	failWith(NoReason),
 	evCancel,
 	evLeaseExpired,
 	evLeaseRequeue,
 	evAbandon,
 	evidenceOf(None),
+	evidenceOf(Intake),
 	evidenceOf(Queued),
 	evidenceOf(Sending),
 	evidenceOf(Unknown),
@@ -148,6 +154,82 @@ var matrix = []struct {
 	{None, reviveFrom(Permanent), refused},
 	{None, reviveFrom(Canceled), refused},
 	{None, reviveFrom(NoReason), refused},
+
+	// intake: taken in by PostgreSQL's enqueue(), not yet admitted. The
+	// admission queues it or fails it as invalid; its deadline can pass
+	// first. Nothing of it has gone out, so no evidence applies.
+	{Intake, evEnqueue, refused},
+	{Intake, evClaim, refused},
+	{Intake, evAccept, refused},
+	{Intake, evRetry, refused},
+	{Intake, evAmbiguous, refused},
+	{Intake, failWith(Permanent), refused},
+	{Intake, failWith(Expired), failedAs(Expired)},
+	{Intake, failWith(Exhausted), refused},
+	{Intake, failWith(Canceled), refused},
+	{Intake, failWith(Resolved), refused},
+	{Intake, failWith(OptedOut), refused},
+	{Intake, failWith(NoReason), refused},
+	{Intake, evCancel, refused},
+	{Intake, evLeaseExpired, refused},
+	{Intake, evAbandon, refused},
+	{Intake, evLeaseRequeue, refused},
+	{Intake, evidenceOf(None), refused},
+	{Intake, evidenceOf(Queued), refused},
+	{Intake, evidenceOf(Sending), refused},
+	{Intake, evidenceOf(Unknown), refused},
+	{Intake, evidenceOf(Sent), refused},
+	{Intake, evidenceOf(Failed), refused},
+	{Intake, evidenceOf(Delivered), refused},
+	{Intake, evidenceOf(Read), refused},
+	{Intake, resolveAs(None), refused},
+	{Intake, resolveAs(Sent), refused},
+	{Intake, resolveAs(Failed), refused},
+	{Intake, resolveAs(Delivered), refused},
+	{Intake, reviveFrom(OptedOut), refused},
+	{Intake, reviveFrom(Permanent), refused},
+	{Intake, reviveFrom(Canceled), refused},
+	{Intake, reviveFrom(NoReason), refused},
+	{Intake, evTakeIn, refused},
+	{Intake, evAdmit, becomes(Queued)},
+	{Intake, failWith(Invalid), failedAs(Invalid)},
+	{Intake, evidenceOf(Intake), refused},
+
+	// The intake events on every other state (and evidence of intake,
+	// which no provider reports): only a new row is taken in, only an
+	// intake row admitted or refused as invalid.
+	{None, evTakeIn, becomes(Intake)},
+	{None, evAdmit, refused},
+	{None, failWith(Invalid), refused},
+	{None, evidenceOf(Intake), refused},
+	{Queued, evTakeIn, refused},
+	{Queued, evAdmit, refused},
+	{Queued, failWith(Invalid), refused},
+	{Queued, evidenceOf(Intake), refused},
+	{Sending, evTakeIn, refused},
+	{Sending, evAdmit, refused},
+	{Sending, failWith(Invalid), refused},
+	{Sending, evidenceOf(Intake), refused},
+	{Unknown, evTakeIn, refused},
+	{Unknown, evAdmit, refused},
+	{Unknown, failWith(Invalid), refused},
+	{Unknown, evidenceOf(Intake), refused},
+	{Sent, evTakeIn, refused},
+	{Sent, evAdmit, refused},
+	{Sent, failWith(Invalid), refused},
+	{Sent, evidenceOf(Intake), refused},
+	{Failed, evTakeIn, refused},
+	{Failed, evAdmit, refused},
+	{Failed, failWith(Invalid), refused},
+	{Failed, evidenceOf(Intake), refused},
+	{Delivered, evTakeIn, refused},
+	{Delivered, evAdmit, refused},
+	{Delivered, failWith(Invalid), refused},
+	{Delivered, evidenceOf(Intake), refused},
+	{Read, evTakeIn, refused},
+	{Read, evAdmit, refused},
+	{Read, failWith(Invalid), refused},
+	{Read, evidenceOf(Intake), refused},
 
 	// queued: claimed by drain, expired or canceled without a call, or
 	// moved forward by evidence of an earlier call (after a requeue).
@@ -592,7 +674,7 @@ func TestRefusalMessagesReadWell(t *testing.T) {
 		{Queued, evEnqueue, "cannot enqueue a row in state queued: the row already exists"},
 		{Unknown, evClaim, "cannot claim a row in state unknown: only queued rows are claimed"},
 		{Delivered, failWith(Permanent), "cannot fail(permanent) a row in state delivered: only the answer to a call fails a row as permanent"},
-		{Sending, failWith(NoReason), "cannot fail a row in state sending: fail needs reason permanent, expired, exhausted or opted_out"},
+		{Sending, failWith(NoReason), "cannot fail a row in state sending: fail needs reason permanent, expired, exhausted, opted_out or invalid"},
 		{Sent, evCancel, "cannot cancel a row in state sent: only a queued row has certainly not gone out"},
 		{Sent, evidenceOf(Unknown), "cannot evidence(unknown) a row in state sent: evidence is sent, delivered, read or failed"},
 		{Unknown, resolveAs(Delivered), "cannot resolve(delivered) a row in state unknown: a verdict is sent or failed"},
@@ -713,11 +795,11 @@ func TestFinishedAndInFlight(t *testing.T) {
 			}
 		})
 	}
-	t.Run("every state in All is finished, in flight, or queued", func(t *testing.T) {
+	t.Run("every state in All is finished, in flight, or waiting (intake or queued)", func(t *testing.T) {
 		t.Parallel()
 		for _, s := range All {
 			n := 0
-			for _, b := range []bool{s.Finished(), s.InFlight(), s == Queued} {
+			for _, b := range []bool{s.Finished(), s.InFlight(), s == Queued || s == Intake} {
 				if b {
 					n++
 				}

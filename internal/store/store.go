@@ -548,6 +548,10 @@ const (
 	SourceWebhook   = "webhook"
 	SourceReconcile = "reconcile"
 	SourceOperator  = "operator"
+	// SourceSQL is PostgreSQL's enqueue(), taking a row in; SourceAdmission
+	// the Go admission deciding it (docs/sql-enqueue.md).
+	SourceSQL       = "sql"
+	SourceAdmission = "admission"
 )
 
 // HistoryEntry is one state change (or one piece of evidence recorded but

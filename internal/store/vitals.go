@@ -32,7 +32,7 @@ const CountBuckets = 8 * 24 * time.Hour
 
 // FailureReasons are the reasons of the failed state, in the order stats
 // shows them; each is shown even at zero.
-var FailureReasons = []state.Reason{state.Permanent, state.Expired, state.Exhausted, state.Canceled, state.Resolved, state.OptedOut}
+var FailureReasons = []state.Reason{state.Permanent, state.Expired, state.Exhausted, state.Canceled, state.Resolved, state.OptedOut, state.Invalid}
 
 // VitalStats are those figures. Field names are a JSON
 // contract (flattened into Stats').

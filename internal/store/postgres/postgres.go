@@ -188,11 +188,7 @@ func (s *Store) migrate(ctx context.Context, upTo int) ([]int, error) {
 	case err == nil && cur != nil && *cur > latest:
 		return nil, fmt.Errorf("%w: database at version %d, this msgq knows up to %d", store.ErrSchemaTooNew, *cur, latest)
 	case err == nil && cur != nil && *cur == latest:
-		// Up to date, unless this build's phone metadata is newer
-		// (phonemeta.go): then it is loaded under the lock below.
-		if ok, err := phoneMetadataCurrent(ctx, s.pool); err != nil || ok {
-			return nil, err
-		}
+		return nil, nil
 	case err == nil, errors.As(err, &pe) && pe.Code == "42P01": // undefined_table
 	default:
 		return nil, fmt.Errorf("postgres: read schema version: %w", err)
@@ -245,19 +241,11 @@ func (s *Store) migrate(ctx context.Context, upTo int) ([]int, error) {
 		applied = append(applied, m.Version)
 		done[m.Version] = true
 	}
-	if done[phoneMetadataMigration] {
-		if err := loadPhoneMetadata(ctx, tx); err != nil {
-			return nil, err
-		}
-	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("postgres: migrate: commit: %w", err)
 	}
 	return applied, nil
 }
-
-// phoneMetadataMigration creates phone_metadata, which Migrate fills.
-const phoneMetadataMigration = 17
 
 // oldNumbers maps the versions msgq recorded before PostgreSQL's
 // migrations took the numbers SQLite's carry (one change, one number on

@@ -11,14 +11,16 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 )
 
 // TestSQLEnqueueThroughAPooler: an application behind a transaction-mode
 // pgbouncer (MSGQ_TEST_PGBOUNCER_URL), as most production PostgreSQL is,
-// calls enqueue() as documented: a commit leaves the row, a rollback
-// none, a replay (in or out of a transaction) answers the same id, and
-// bad input arrives as MQ422 with its column, whichever server
+// calls enqueue() as documented: a commit leaves the row (in intake), a
+// rollback none, a replay (in or out of a transaction) answers the same
+// id, bad input arrives as MQ422 with its column and a conflict as MQ409
+// with its DETAIL, whichever server
 // connection each transaction was given. Both of the query modes a
 // pooled application uses (no named prepared statements) are run.
 func TestSQLEnqueueThroughAPooler(t *testing.T) {
@@ -27,7 +29,7 @@ func TestSQLEnqueueThroughAPooler(t *testing.T) {
 	ctx := context.Background()
 	schema := freshSchema(t, direct)
 	h := open(t, direct, schema, Options{})
-	if err := h.SQLIdentitiesRecord(ctx, []store.SQLIdentity{{Name: "sim", Channels: []string{"whatsapp", "sms"}, Default: true}}); err != nil {
+	if err := h.SQLIdentitiesRecord(ctx, []store.SQLIdentity{{Name: "sim", Default: true}}); err != nil {
 		t.Fatal(err)
 	}
 	for i, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
@@ -83,7 +85,7 @@ func pooledEnqueues(ctx context.Context, h *handle, pool *pgxpool.Pool, app *sql
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("%s: commit: %w", key, err)
 	}
-	if m, err := h.MessageGet(ctx, "", id); err != nil || m.Key != key || m.To != "+15551234567" {
+	if m, err := h.MessageGet(ctx, "", id); err != nil || m.Key != key || m.To != "+15551234567" || m.State != state.Intake {
 		return fmt.Errorf("%s: after commit the store has %+v, %v", key, m, err)
 	}
 
@@ -108,7 +110,7 @@ func pooledEnqueues(ctx context.Context, h *handle, pool *pgxpool.Pool, app *sql
 	}
 
 	// A replay: out of a transaction, then in one.
-	again, err := app.enqueue(ctx, pool, "key", key, "to_addr", "+1 555 123 4567", "text", "through pgbouncer")
+	again, err := app.enqueue(ctx, pool, "key", key, "to_addr", "+15551234567", "text", "through pgbouncer")
 	if err != nil || again != id {
 		return fmt.Errorf("%s: replay: %q, %v; want %s", key, again, err, id)
 	}
@@ -125,10 +127,15 @@ func pooledEnqueues(ctx context.Context, h *handle, pool *pgxpool.Pool, app *sql
 	}
 
 	// Bad input: its SQLSTATE and column come through the pooler.
-	_, err = app.enqueue(ctx, pool, "key", key+"-bad", "to_addr", "+1555", "text", "hi")
+	_, err = app.enqueue(ctx, pool, "key", key+" bad", "to_addr", "+15551234567", "text", "hi")
 	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != "MQ422" || pe.ColumnName != "to" {
-		return fmt.Errorf("%s: bad number: %v; want MQ422 naming to", key, err)
+	if !errors.As(err, &pe) || pe.Code != "MQ422" || pe.ColumnName != "key" {
+		return fmt.Errorf("%s: bad key: %v; want MQ422 naming key", key, err)
+	}
+	// A conflict: MQ409 with the existing id as DETAIL.
+	_, err = app.enqueue(ctx, pool, "key", key, "to_addr", "+15551234567", "text", "other content")
+	if !errors.As(err, &pe) || pe.Code != "MQ409" || pe.Detail != id {
+		return fmt.Errorf("%s: conflict: %v; want MQ409 with DETAIL %s", key, err, id)
 	}
 	return nil
 }

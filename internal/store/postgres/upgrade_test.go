@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/store/storetest"
 )
@@ -169,4 +171,149 @@ func TestAStoreHoldingOneDeliveryTwiceMigrates(t *testing.T) {
 		t.Fatalf("migrating applied %v, %v; want 21 among them", applied, err)
 	}
 	storetest.DuplicateDeliveriesMigrated(t, h, ids, []byte(`{"entry":[]}`))
+}
+
+// releasedSQL is the text of migrations 0017-0020 as msgq released them
+// (enqueue() in PL/pgSQL, superseded by 0026) and of the phone metadata
+// they loaded: testdata/released, fixtures, never run by Migrate.
+func releasedSQL(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "released", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// releasedSchema is a fresh schema as a released msgq left it at version
+// v: the migrations up to v, with 0017-0020 as they were released (their
+// functions, the phone metadata and sql_identities with every column), and
+// for v >= 17 a message enqueued by the released enqueue().
+func releasedSchema(t *testing.T, url string, v int) (h *handle, oldID string) {
+	t.Helper()
+	ctx := context.Background()
+	h = open(t, url, freshSchema(t, url), Options{NoMigrate: true})
+	if _, err := h.migrate(ctx, min(v, 16)); err != nil {
+		t.Fatal(err)
+	}
+	if v < 17 {
+		return h, ""
+	}
+	released := []string{"0017_sql_enqueue.sql", "0018_sql_enqueue_parity.sql", "0019_sql_enqueue_unicode.sql", "0020_sql_enqueue_quiet.sql"}
+	for i, name := range released[:min(v, 20)-16] {
+		if _, err := h.pool.Exec(ctx, releasedSQL(t, name)); err != nil {
+			t.Fatalf("released %s: %v", name, err)
+		}
+		if i == 0 {
+			if _, err := h.pool.Exec(ctx, releasedSQL(t, "phone_metadata.sql")); err != nil {
+				t.Fatalf("released phone metadata: %v", err)
+			}
+			if _, err := h.pool.Exec(ctx, "INSERT INTO phone_metadata_version (library, hash) VALUES ('v1.8.1', 'released')"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := h.pool.Exec(ctx, "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, now())", 17+i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.migrate(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.pool.Exec(ctx, "INSERT INTO sql_identities (name, channels, is_default, updated_at) VALUES ('sim', '{whatsapp,sms}', true, now())"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.pool.QueryRow(ctx, "SELECT enqueue(key => 'released', to_addr => '+1 555 123 4567', text => 'hi')").Scan(&oldID); err != nil {
+		t.Fatalf("the released enqueue() at %d: %v", v, err)
+	}
+	return h, oldID
+}
+
+// catalog is what a schema holds, its name written S: tables and their
+// columns, indexes, constraints, triggers and functions (with their
+// bodies and settings).
+func catalog(t *testing.T, h *handle) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	for _, q := range []string{
+		`SELECT 'column ' || table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' ||
+		        coalesce(column_default, '') || ' ' || coalesce(collation_name, '')
+		 FROM information_schema.columns WHERE table_schema = $1`,
+		`SELECT 'index ' || indexdef FROM pg_indexes WHERE schemaname = $1`,
+		`SELECT 'constraint ' || conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+		 FROM pg_constraint WHERE connamespace = $1::regnamespace`,
+		`SELECT 'trigger ' || pg_get_triggerdef(oid) FROM pg_trigger
+		 WHERE NOT tgisinternal AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = $1::regnamespace)`,
+		`SELECT 'function ' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') ' || md5(p.prosrc) || ' ' ||
+		        coalesce(array_to_string(p.proconfig, ','), '')
+		 FROM pg_proc p WHERE p.pronamespace = $1::regnamespace`,
+	} {
+		rs, err := h.pool.Query(ctx, q, h.schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rs, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			out = append(out, strings.ReplaceAll(l, h.schema, "S"))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestEveryReleasedSchemaUpgradesToTheSQLIntake: a schema at each
+// released version (1 to the one before 0026; from 17 to 25 with the
+// released PL/pgSQL enqueue() and its phone metadata) migrates to the same
+// schema as a new one, object for object: the released functions and
+// tables gone, sql_identities down to names. The message the released
+// enqueue() wrote is queued as it was, and the new enqueue() takes a send
+// in by the identity the released one had recorded.
+func TestEveryReleasedSchemaUpgradesToTheSQLIntake(t *testing.T) {
+	url := testURL(t)
+	t.Parallel()
+	ctx := context.Background()
+	fresh := open(t, url, freshSchema(t, url), Options{})
+	want := catalog(t, fresh)
+	if !slices.ContainsFunc(want, func(l string) bool { return strings.HasPrefix(l, "function enqueue(") }) ||
+		slices.ContainsFunc(want, func(l string) bool { return strings.Contains(l, "phone_") }) {
+		t.Fatalf("a new schema's catalog lacks enqueue() or keeps phone metadata:\n%s", strings.Join(want, "\n"))
+	}
+	for v := 1; v < 26; v++ {
+		t.Run(fmt.Sprint("from ", v), func(t *testing.T) {
+			t.Parallel()
+			h, oldID := releasedSchema(t, url, v)
+			if applied, err := h.Migrate(ctx); err != nil || !reflect.DeepEqual(applied, migrationsAfter(t, v)) {
+				t.Fatalf("migrating from %d applied %v, %v; want %v", v, applied, err, migrationsAfter(t, v))
+			}
+			if got := catalog(t, h); !reflect.DeepEqual(got, want) {
+				for _, l := range got {
+					if !slices.Contains(want, l) {
+						t.Errorf("upgraded from %d, not in a new schema: %s", v, l)
+					}
+				}
+				for _, l := range want {
+					if !slices.Contains(got, l) {
+						t.Errorf("a new schema's, missing once upgraded from %d: %s", v, l)
+					}
+				}
+				return
+			}
+			if oldID != "" {
+				m, err := h.MessageGet(ctx, "", oldID)
+				if err != nil || m.State != state.Queued || m.To != "+15551234567" {
+					t.Fatalf("the released enqueue()'s message after the upgrade: %+v, %v", m, err)
+				}
+				var id string
+				if err := h.pool.QueryRow(ctx, "SELECT enqueue(key => 'intake', to_addr => '+15551234567', text => 'hi')").Scan(&id); err != nil {
+					t.Fatalf("enqueue() after the upgrade: %v", err)
+				}
+				if m, err := h.MessageGet(ctx, "", id); err != nil || m.State != state.Intake || m.Identity != "sim" {
+					t.Fatalf("taken in after the upgrade: %+v, %v", m, err)
+				}
+			}
+		})
+	}
 }

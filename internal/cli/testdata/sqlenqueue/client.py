@@ -30,13 +30,21 @@ try:
 except RuntimeError:
     pass
 
+# A replay is the same call again: the id, nothing written.
 with conn:
     with conn.cursor() as cur:
-        cur.execute(enqueue, ("py-1001", "+1 555 123 4599", None, "your order 1001 shipped"))
+        cur.execute(enqueue, ("py-1001", "(555) 123-4599", "US", "your order 1001 shipped"))
         out["replay_id"] = cur.fetchone()[0]
 
+# A number enqueue() cannot judge is taken in; the admission fails it.
+with conn:
+    with conn.cursor() as cur:
+        cur.execute(enqueue, ("py-bad-number", "12", "US", "hi"))
+        out["bad_number_id"] = cur.fetchone()[0]
+
 for name, args in [("conflict", ("py-1001", "+15551234599", None, "other content")),
-                   ("invalid", ("py-bad", "12", "US", "hi"))]:
+                   ("reformatted", ("py-1001", "+1 555 123 4599", None, "your order 1001 shipped")),
+                   ("invalid", ("py bad", "+15551234599", None, "hi"))]:
     try:
         with conn:
             with conn.cursor() as cur:
