@@ -200,13 +200,16 @@ func printStats(w io.Writer, r *statsResult) error {
 		byID[c.Identity][c.State] += c.N
 		total[c.State] += c.N
 	}
+	// intake rows exist only where PostgreSQL's enqueue() takes sends in
+	// (docs/sql-enqueue.md): their column is shown while there are some.
+	states := slices.DeleteFunc(slices.Clone(state.All), func(s state.State) bool { return s == state.Intake && total[s] == 0 })
 	header := []string{"IDENTITY"}
-	for _, s := range state.All {
+	for _, s := range states {
 		header = append(header, strings.ToUpper(string(s)))
 	}
 	line := func(name string, n map[state.State]int) []string {
 		row := []string{name}
-		for _, s := range state.All {
+		for _, s := range states {
 			row = append(row, strconv.Itoa(n[s]))
 		}
 		return row

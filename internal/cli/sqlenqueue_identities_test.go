@@ -4,9 +4,13 @@ import (
 	"context"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store/postgres"
 )
 
 // TestMigrateRecordsIdentityNames: msgq migrate records the config's
@@ -48,5 +52,54 @@ func TestMigrateRecordsIdentityNames(t *testing.T) {
 	e.run("migrate")
 	if names, def, _ = read(); !reflect.DeepEqual(names, []string{"shop", "sim", "texts"}) || def != "texts" {
 		t.Fatalf("after a config with another default: %v (default %q)", names, def)
+	}
+}
+
+// TestServeAdmitsRowsTakenInBySQL: a queue an application feeds through
+// enqueue() and that msgq serve serves needs no drain running for its
+// rows to be checked: serve, woken by the NOTIFY at the application's
+// commit, queues a valid one as msgq send would and fails an invalid one
+// with msgq send's error.
+func TestServeAdmitsRowsTakenInBySQL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	storeURL, schema := pgStore(t, "msgq_sqlserve")
+	cfg := filepath.Join(dir, "msgq.yaml")
+	writeFile(t, cfg, "default_identity: shop\nregion: US\nidentities:\n  shop: {provider: sim}\n")
+	e := &opEnv{msgqEnv: &msgqEnv{t: t, env: []string{"MSGQ_CONFIG=" + cfg, "MSGQ_STORE=" + storeURL}}}
+	e.run("migrate")
+	st, err := postgres.Open(ctx, postgresURL(t), postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	e.st = st
+	startListener(t, e.msgqEnv, "serve: listening on ", "serve", "--addr", "127.0.0.1:0")
+	conn, err := pgx.Connect(ctx, postgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	enqueue := func(key, to string) string {
+		var id string
+		if err := conn.QueryRow(ctx, "SELECT "+pgx.Identifier{schema}.Sanitize()+".enqueue(key => $1, to_addr => $2, text => 'hi')", key, to).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	good, bad := enqueue("sql-good", "(555) 123-4567"), enqueue("sql-bad", "+1555")
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		g, b := e.get(good), e.get(bad)
+		if g.State != state.Intake && b.State != state.Intake {
+			if g.State != state.Queued || g.To != "+15551234567" || b.State != state.Failed || b.Reason != state.Invalid ||
+				!strings.HasPrefix(b.LastError, `to: invalid phone number "+1555"`) {
+				t.Fatalf("serve admitted %s %s %s and %s %s(%s) %q", g.Key, g.State, g.To, b.Key, b.State, b.Reason, b.LastError)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve left %s %s and %s %s for 30s", g.Key, g.State, b.Key, b.State)
+		}
 	}
 }

@@ -68,6 +68,11 @@ func vitalRows(s *store.Stats, un []health.Unsendable) [][]string {
 	win := duration.Human(s.Window)
 	var failures []string
 	for _, r := range store.FailureReasons {
+		// Only the SQL intake's admission fails a row as invalid
+		// (docs/sql-enqueue.md): said when it has.
+		if r == state.Invalid && v.RecentFailures[string(r)] == 0 {
+			continue
+		}
 		failures = append(failures, fmt.Sprintf("%s %d", r, v.RecentFailures[string(r)]))
 	}
 	maybe := strconv.Itoa(sumCounts(v.MaybeSent))

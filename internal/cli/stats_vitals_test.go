@@ -238,7 +238,7 @@ func TestVitalSignsOfAQueueBuiltToKnownNumbers(t *testing.T) {
 				{"key replays", s.Replays, int64(1)},
 				{"sending over a minute", s.Long, 2},
 				{"sending past lease", s.PastLease, 1},
-				{"failures by reason", fmt.Sprint(s.Failures), "map[canceled:1 exhausted:1 expired:1 opted_out:0 permanent:1 resolved:1]"},
+				{"failures by reason", fmt.Sprint(s.Failures), "map[canceled:1 exhausted:1 expired:1 invalid:0 opted_out:0 permanent:1 resolved:1]"},
 				{"resends", s.Resends, 2},
 				{"recent resends", s.RecentResends, 1},
 				{"maybe sent", fmt.Sprint(s.MaybeSent), "map[delivered:1 queued:1 sent:1]"},
