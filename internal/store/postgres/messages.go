@@ -146,35 +146,36 @@ func (s *Store) MessageEnqueue(ctx context.Context, p *store.EnqueueParams) (*st
 	return rules.One(s.MessageEnqueueMany(ctx, []store.EnqueueParams{*p}))
 }
 
-// MessageEnqueueMany writes a batch in one transaction. The unique index
-// decides which rows are new (ON CONFLICT DO NOTHING RETURNING id); every
-// other row is looked up afterwards in the same transaction and compared
-// by body hash.
+// MessageEnqueueMany writes a batch: the use case is rules.EnqueueMany's,
+// this store's statements enqueuer's.
 func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams) ([]store.EnqueueResult, error) {
-	now, err := s.clock(ctx, s.pool)
-	if err != nil {
-		return nil, err
-	}
-	results, rows := rules.Enqueue(ps, now, s.ids.New)
-	if len(rows) == 0 {
-		return results, nil
-	}
-	if len(rows) == 1 {
-		fresh, err := s.enqueueFresh(ctx, rows[0].Msg, now)
-		if err != nil {
-			return nil, err
-		}
-		if fresh {
-			results[rows[0].Idx] = store.EnqueueResult{Message: rows[0].Msg}
-			return results, nil
-		}
-		// The key exists (or did while the statement ran): the
-		// transaction below decides replay, revival or conflict, as for
-		// any batch.
-	}
-	// Insert in (tenant, key) order, so that concurrent batches sharing
-	// keys wait for each other instead of deadlocking; an earlier item of
-	// one key still goes first (stable sort).
+	return rules.EnqueueMany(ctx, enqueuer{s}, ps)
+}
+
+// enqueuer is the store as rules.EnqueueDriver.
+type enqueuer struct{ s *Store }
+
+func (e enqueuer) EnqueueClock(ctx context.Context) (time.Time, error) { return e.s.clock(ctx, e.s.pool) }
+func (e enqueuer) NewID(now time.Time) string                          { return e.s.ids.New(now) }
+
+func (e enqueuer) InsertFresh(ctx context.Context, m *store.Message, now time.Time) (bool, error) {
+	return e.s.enqueueFresh(ctx, m, now)
+}
+
+func (e enqueuer) EnqueueTx(ctx context.Context, _ int, fn func(rules.EnqueueTx) error) error {
+	return e.s.inTx(ctx, "enqueue", func(tx pgx.Tx) error { return fn(enqueueTx{tx}) })
+}
+
+// enqueueTx is an enqueue's transaction as rules.EnqueueTx.
+type enqueueTx struct{ tx pgx.Tx }
+
+// InsertNew writes the rows in (tenant, key) order, so that concurrent
+// batches sharing keys wait for each other instead of deadlocking (an
+// earlier item of one key still goes first: a stable sort), as one
+// statement over column arrays: the plain INSERT when the batch is big
+// and its keys distinct (insertNew), else INSERT ... ON CONFLICT DO
+// NOTHING, whose RETURNING says which rows the unique index took.
+func (e enqueueTx) InsertNew(ctx context.Context, rows []rules.Pending, now time.Time) (map[string]bool, error) {
 	order := make([]rules.Pending, len(rows))
 	copy(order, rows)
 	sort.SliceStable(order, func(i, j int) bool {
@@ -201,87 +202,75 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 		}
 		nexts[i], exps[i], resends[i] = m.NextAttemptAt, m.ExpiresAt, m.ResendOf
 	}
-
-	err = s.inTx(ctx, "enqueue", func(tx pgx.Tx) error {
-		args := make([]any, 0, 16)
-		for _, c := range cols {
-			args = append(args, c)
-		}
-		args = append(args, nexts, exps, resends, now)
-		if n >= optimisticMin && distinctKeys(order) {
-			done, err := insertNew(ctx, tx, args, cols[0], now)
-			if err != nil {
-				return err
-			}
-			if done {
-				for _, r := range rows {
-					results[r.Idx] = store.EnqueueResult{Message: r.Msg}
-				}
-				return nil
-			}
-		}
-		rs, err := tx.Query(ctx, insertMessagesSQL, args...)
-		if err != nil {
-			return fmt.Errorf("postgres: enqueue: %w", err)
-		}
-		ids, err := pgx.CollectRows(rs, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("postgres: enqueue: %w", err)
-		}
-		inserted := make(map[string]bool, len(ids))
-		for _, id := range ids {
-			inserted[id] = true
-		}
-		fresh, others := rules.Inserted(results, rows, inserted)
-		if len(fresh) > 0 {
-			newIDs := make([]string, len(fresh))
-			for i, m := range fresh {
-				newIDs[i] = m.ID
-			}
-			if err := writeEnqueueHistory(ctx, tx, newIDs, now); err != nil {
-				return err
-			}
-		}
-		if len(others) == 0 {
-			return nil
-		}
-		tenants, keys := make([]string, len(others)), make([]string, len(others))
-		for i, r := range others {
-			tenants[i], keys[i] = r.Msg.Tenant, r.Msg.Key
-		}
-		rs, err = tx.Query(ctx, "SELECT "+messageCols+" FROM messages WHERE (tenant, key) IN "+
-			"(SELECT t, k FROM unnest($1::text[], $2::text[]) AS u(t, k))", tenants, keys)
-		if err != nil {
-			return fmt.Errorf("postgres: enqueue lookup: %w", err)
-		}
-		found, err := collectMessages(rs)
-		if err != nil {
-			return fmt.Errorf("postgres: enqueue lookup: %w", err)
-		}
-		existing := make(map[string]*store.Message, len(found))
-		for i := range found {
-			existing[rules.Key(found[i].Tenant, found[i].Key)] = &found[i]
-		}
-		facts, err := reviveFacts(ctx, tx, rules.Candidates(others, existing), existing)
-		if err != nil {
-			return err
-		}
-		settled, err := rules.Settle(results, others, existing, facts, now)
-		if err != nil {
-			return fmt.Errorf("postgres: %w", err)
-		}
-		if err := writeRevivals(ctx, tx, settled.Revivals); err != nil {
-			return err
-		}
-		if err := countRefusedWrites(ctx, tx, now, settled.Replays, settled.Conflicts); err != nil {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	args := make([]any, 0, 16)
+	for _, c := range cols {
+		args = append(args, c)
 	}
-	return results, nil
+	args = append(args, nexts, exps, resends, now)
+	inserted := make(map[string]bool, n)
+	if n >= optimisticMin && distinctKeys(order) {
+		done, err := insertNew(ctx, e.tx, args, cols[0], now)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			for _, id := range cols[0] {
+				inserted[id] = true
+			}
+			return inserted, nil
+		}
+	}
+	rs, err := e.tx.Query(ctx, insertMessagesSQL, args...)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue: %w", err)
+	}
+	ids, err := pgx.CollectRows(rs, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue: %w", err)
+	}
+	for _, id := range ids {
+		inserted[id] = true
+	}
+	if len(ids) > 0 {
+		if err := writeEnqueueHistory(ctx, e.tx, ids, now); err != nil {
+			return nil, err
+		}
+	}
+	return inserted, nil
+}
+
+// FindKeys reads the rows of the keys in one statement.
+func (e enqueueTx) FindKeys(ctx context.Context, rows []rules.Pending) (map[string]*store.Message, error) {
+	tenants, keys := make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		tenants[i], keys[i] = r.Msg.Tenant, r.Msg.Key
+	}
+	rs, err := e.tx.Query(ctx, "SELECT "+messageCols+" FROM messages WHERE (tenant, key) IN "+
+		"(SELECT t, k FROM unnest($1::text[], $2::text[]) AS u(t, k))", tenants, keys)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue lookup: %w", err)
+	}
+	found, err := collectMessages(rs)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: enqueue lookup: %w", err)
+	}
+	existing := make(map[string]*store.Message, len(found))
+	for i := range found {
+		existing[rules.Key(found[i].Tenant, found[i].Key)] = &found[i]
+	}
+	return existing, nil
+}
+
+func (e enqueueTx) LockRevivable(ctx context.Context, ms []*store.Message, existing map[string]*store.Message) (map[string]rules.Facts, error) {
+	return reviveFacts(ctx, e.tx, ms, existing)
+}
+
+func (e enqueueTx) Revive(ctx context.Context, vs []rules.Revival) error {
+	return writeRevivals(ctx, e.tx, vs)
+}
+
+func (e enqueueTx) CountRefused(ctx context.Context, now time.Time, replays, conflicts int) error {
+	return countRefusedWrites(ctx, e.tx, now, replays, conflicts)
 }
 
 // reviveFacts locks the rows that may revive (in id order, so that two
@@ -1084,3 +1073,7 @@ func queueTransition(b *pgx.Batch, w rules.Write) {
 			a.ProviderSubcode, a.RawError, a.Latency.Microseconds())
 	}
 }
+
+// EnqueueDriver is the store's enqueue statements, for the driver suite
+// (storetest) and any use case written above the store.
+func (s *Store) EnqueueDriver() rules.EnqueueDriver { return enqueuer{s} }

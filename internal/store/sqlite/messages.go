@@ -86,38 +86,61 @@ func (s *Store) MessageEnqueue(ctx context.Context, p *store.EnqueueParams) (*st
 	return rules.One(s.MessageEnqueueMany(ctx, []store.EnqueueParams{*p}))
 }
 
-// MessageEnqueueMany writes a batch in one transaction. The unique index
-// decides which rows are new (ON CONFLICT DO NOTHING RETURNING id); every
-// other row is looked up afterwards, inside the same write transaction, and
-// compared by body hash.
+// MessageEnqueueMany writes a batch: the use case is rules.EnqueueMany's,
+// this store's statements enqueuer's.
 func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams) ([]store.EnqueueResult, error) {
-	now := s.clock()
-	results, rows := rules.Enqueue(ps, now, s.ids.New)
-	if len(rows) == 0 {
-		return results, nil
-	}
+	return rules.EnqueueMany(ctx, enqueuer{s}, ps)
+}
 
-	// Every chunk size is a power of two up to insertChunk (chunkSizes), so
-	// that a handful of statements, prepared once per store before the
-	// transaction takes the single writer connection, serve every batch:
-	// preparing a statement of an odd size inside each transaction was
-	// most of the group commit's CPU (SQL parsing) under load.
-	sizes := chunkSizes(len(rows))
-	for _, n := range sizes {
-		for _, q := range []string{insertMessagesSQL(n), insertHistorySQL(n)} {
-			if _, err := s.stmt(ctx, q); err != nil {
-				return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+// enqueuer is the store as rules.EnqueueDriver.
+type enqueuer struct{ s *Store }
+
+func (e enqueuer) EnqueueClock(context.Context) (time.Time, error) { return e.s.clock(), nil }
+func (e enqueuer) NewID(now time.Time) string                      { return e.s.ids.New(now) }
+
+// InsertFresh: SQLite has no one-row statement of its own; a one-row
+// batch takes the transaction, whose BEGIN and COMMIT cost no round trip.
+func (enqueuer) InsertFresh(context.Context, *store.Message, time.Time) (bool, error) { return false, nil }
+
+// EnqueueTx prepares the statements of every chunk size n rows need
+// (chunkSizes: powers of two up to insertChunk), once per store, before
+// the transaction takes the single writer connection: preparing a
+// statement of an odd size inside each transaction was most of the group
+// commit's CPU (SQL parsing) under load.
+func (e enqueuer) EnqueueTx(ctx context.Context, n int, fn func(rules.EnqueueTx) error) error {
+	for _, size := range chunkSizes(n) {
+		for _, q := range []string{insertMessagesSQL(size), insertHistorySQL(size)} {
+			if _, err := e.s.stmt(ctx, q); err != nil {
+				return fmt.Errorf("sqlite: enqueue: %w", err)
 			}
 		}
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := e.s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+		return fmt.Errorf("sqlite: enqueue: %w", err)
 	}
 	defer tx.Rollback()
+	if err := fn(enqueueTx{e.s, tx}); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlite: enqueue: commit: %w", err)
+	}
+	return nil
+}
 
+// enqueueTx is an enqueue's write transaction as rules.EnqueueTx.
+type enqueueTx struct {
+	s  *Store
+	tx *sql.Tx
+}
+
+// InsertNew writes the rows in chunks (INSERT ... ON CONFLICT DO NOTHING
+// RETURNING id: the unique index decides), then the new rows' first
+// history entries.
+func (e enqueueTx) InsertNew(ctx context.Context, rows []rules.Pending, now time.Time) (map[string]bool, error) {
 	inserted := make(map[string]bool, len(rows))
-	for start, n := range chunkStarts(sizes) {
+	for start, n := range chunkStarts(chunkSizes(len(rows))) {
 		chunk := rows[start : start+n]
 		args := make([]any, 0, len(chunk)*insertColN)
 		for _, r := range chunk {
@@ -131,7 +154,7 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 				m.Purpose, m.TriggerRef, m.Lane, string(payload), string(m.State),
 				micros(m.NextAttemptAt), nullMicros(exp), m.ResendOf, micros(now), micros(now))
 		}
-		st, err := s.txStmt(ctx, tx, insertMessagesSQL(len(chunk)))
+		st, err := e.s.txStmt(ctx, e.tx, insertMessagesSQL(len(chunk)))
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: enqueue: %w", err)
 		}
@@ -151,35 +174,29 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 			return nil, fmt.Errorf("sqlite: enqueue: %w", err)
 		}
 	}
+	var fresh []*store.Message
+	for _, r := range rows {
+		if inserted[r.Msg.ID] {
+			fresh = append(fresh, r.Msg)
+		}
+	}
+	return inserted, e.s.insertCreationHistory(ctx, e.tx, fresh, now)
+}
 
-	newRows, others := rules.Inserted(results, rows, inserted)
-	if err := s.insertCreationHistory(ctx, tx, newRows, now); err != nil {
-		return nil, err
-	}
-	if len(others) > 0 {
-		existing, err := s.lookupKeys(ctx, tx, others)
-		if err != nil {
-			return nil, err
-		}
-		facts, err := reviveFacts(ctx, tx, rules.Candidates(others, existing))
-		if err != nil {
-			return nil, err
-		}
-		settled, err := rules.Settle(results, others, existing, facts, now)
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: %w", err)
-		}
-		if err := writeRevivals(ctx, tx, settled.Revivals); err != nil {
-			return nil, err
-		}
-		if err := countRefusedWrites(ctx, tx, now, settled.Replays, settled.Conflicts); err != nil {
-			return nil, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("sqlite: enqueue: commit: %w", err)
-	}
-	return results, nil
+func (e enqueueTx) FindKeys(ctx context.Context, rows []rules.Pending) (map[string]*store.Message, error) {
+	return e.s.lookupKeys(ctx, e.tx, rows)
+}
+
+// LockRevivable reads the rows' facts under the write lock the
+// transaction holds: no other writer can have changed them since FindKeys.
+func (e enqueueTx) LockRevivable(ctx context.Context, ms []*store.Message, _ map[string]*store.Message) (map[string]rules.Facts, error) {
+	return reviveFacts(ctx, e.tx, ms)
+}
+
+func (e enqueueTx) Revive(ctx context.Context, vs []rules.Revival) error { return writeRevivals(ctx, e.tx, vs) }
+
+func (e enqueueTx) CountRefused(ctx context.Context, now time.Time, replays, conflicts int) error {
+	return countRefusedWrites(ctx, e.tx, now, replays, conflicts)
 }
 
 func (s *Store) insertCreationHistory(ctx context.Context, tx *sql.Tx, ms []*store.Message, now time.Time) error {
@@ -717,3 +734,7 @@ func (t *txStmts) close() {
 		st.Close()
 	}
 }
+
+// EnqueueDriver is the store's enqueue statements, for the driver suite
+// (storetest) and any use case written above the store.
+func (s *Store) EnqueueDriver() rules.EnqueueDriver { return enqueuer{s} }

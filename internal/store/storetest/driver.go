@@ -1,0 +1,148 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/msgq/msgq/internal/state"
+	"github.com/msgq/msgq/internal/store"
+	"github.com/msgq/msgq/internal/store/rules"
+)
+
+// enqueueDriver is a store's enqueue statements (rules.EnqueueDriver).
+type enqueueDriver interface {
+	EnqueueDriver() rules.EnqueueDriver
+}
+
+// testEnqueueStatements is the driver suite of the enqueue use case: each
+// statement rules.EnqueueMany runs, alone, on the store: what it writes
+// and what it answers, with no decision of its own.
+func testEnqueueStatements(t *testing.T, h Harness) {
+	ctx := context.Background()
+	s := h.New(t, nil)
+	dr, ok := s.(enqueueDriver)
+	if !ok {
+		t.Fatalf("%T has no EnqueueDriver", s)
+	}
+	d := dr.EnqueueDriver()
+	now, err := d.EnqueueClock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(key string) rules.Pending {
+		p := Params(key)
+		p.Normalize()
+		return rules.Pending{Msg: store.NewMessage(&p, d.NewID(now), now)}
+	}
+	history := func(id string) int {
+		t.Helper()
+		hs, err := s.MessageHistory(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(hs)
+	}
+
+	t.Run("InsertFresh writes one new row with its history, or nothing", func(t *testing.T) {
+		r := row("fresh-1")
+		fresh, err := d.InsertFresh(ctx, r.Msg, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !fresh {
+			// A store without a one-row statement: nothing was written.
+			if _, err := s.MessageGet(ctx, store.DefaultTenant, "fresh-1"); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("InsertFresh said false and wrote the row: %v", err)
+			}
+			return
+		}
+		if m, err := s.MessageGet(ctx, "", r.Msg.ID); err != nil || m.State != state.Queued || history(r.Msg.ID) != 1 {
+			t.Fatalf("after InsertFresh: %+v, %v", m, err)
+		}
+		again := row("fresh-1")
+		if fresh, err := d.InsertFresh(ctx, again.Msg, now); err != nil || fresh {
+			t.Fatalf("InsertFresh of a taken key: %t, %v; want false", fresh, err)
+		}
+		if _, err := s.MessageGet(ctx, "", again.Msg.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("InsertFresh of a taken key wrote a row: %v", err)
+		}
+	})
+
+	t.Run("InsertNew writes the free keys, FindKeys reads the others", func(t *testing.T) {
+		taken := row("taken-1")
+		if err := d.EnqueueTx(ctx, 1, func(tx rules.EnqueueTx) error {
+			_, err := tx.InsertNew(ctx, []rules.Pending{taken}, now)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		rows := []rules.Pending{row("new-1"), row("taken-1"), row("new-2")}
+		var inserted map[string]bool
+		var existing map[string]*store.Message
+		var facts map[string]rules.Facts
+		if err := d.EnqueueTx(ctx, len(rows), func(tx rules.EnqueueTx) error {
+			var err error
+			if inserted, err = tx.InsertNew(ctx, rows, now); err != nil {
+				return err
+			}
+			if existing, err = tx.FindKeys(ctx, rows[1:2]); err != nil {
+				return err
+			}
+			facts, err = tx.LockRevivable(ctx, []*store.Message{existing[rules.Key(store.DefaultTenant, "taken-1")]}, existing)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(inserted) != 2 || !inserted[rows[0].Msg.ID] || !inserted[rows[2].Msg.ID] {
+			t.Fatalf("InsertNew wrote %v; want the two free keys", inserted)
+		}
+		for _, r := range []rules.Pending{rows[0], rows[2]} {
+			if n := history(r.Msg.ID); n != 1 {
+				t.Fatalf("%s has %d history entries; want its first", r.Msg.Key, n)
+			}
+		}
+		m := existing[rules.Key(store.DefaultTenant, "taken-1")]
+		if len(existing) != 1 || m == nil || m.ID != taken.Msg.ID {
+			t.Fatalf("FindKeys found %v; want taken-1's row %s", existing, taken.Msg.ID)
+		}
+		if f, ok := facts[m.ID]; !ok || f.Holds || f.Called {
+			t.Fatalf("facts of a queued row never called: %+v (%t)", f, ok)
+		}
+	})
+
+	t.Run("a transaction that fails writes nothing", func(t *testing.T) {
+		r := row("rolled-back")
+		boom := errors.New("boom")
+		err := d.EnqueueTx(ctx, 1, func(tx rules.EnqueueTx) error {
+			if _, err := tx.InsertNew(ctx, []rules.Pending{r}, now); err != nil {
+				return err
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("EnqueueTx returned %v; want fn's error", err)
+		}
+		if _, err := s.MessageGet(ctx, "", r.Msg.ID); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a rolled-back InsertNew left its row: %v", err)
+		}
+	})
+
+	t.Run("CountRefused adds to the running counts", func(t *testing.T) {
+		before, err := s.Stats(ctx, &store.StatsParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.EnqueueTx(ctx, 0, func(tx rules.EnqueueTx) error { return tx.CountRefused(ctx, now, 3, 2) }); err != nil {
+			t.Fatal(err)
+		}
+		after, err := s.Stats(ctx, &store.StatsParams{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.KeyReplays-before.KeyReplays != 3 || after.KeyConflicts-before.KeyConflicts != 2 {
+			t.Fatalf("replays %d -> %d, conflicts %d -> %d; want +3 and +2", before.KeyReplays, after.KeyReplays,
+				before.KeyConflicts, after.KeyConflicts)
+		}
+	})
+}
