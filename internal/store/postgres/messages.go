@@ -155,8 +155,10 @@ func (s *Store) MessageEnqueueMany(ctx context.Context, ps []store.EnqueueParams
 // enqueuer is the store as rules.EnqueueDriver.
 type enqueuer struct{ s *Store }
 
-func (e enqueuer) EnqueueClock(ctx context.Context) (time.Time, error) { return e.s.clock(ctx, e.s.pool) }
-func (e enqueuer) NewID(now time.Time) string                          { return e.s.ids.New(now) }
+func (e enqueuer) EnqueueClock(ctx context.Context) (time.Time, error) {
+	return e.s.clock(ctx, e.s.pool)
+}
+func (e enqueuer) NewID(now time.Time) string { return e.s.ids.New(now) }
 
 func (e enqueuer) InsertFresh(ctx context.Context, m *store.Message, now time.Time) (bool, error) {
 	return e.s.enqueueFresh(ctx, m, now)

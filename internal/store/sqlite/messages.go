@@ -100,7 +100,9 @@ func (e enqueuer) NewID(now time.Time) string                      { return e.s.
 
 // InsertFresh: SQLite has no one-row statement of its own; a one-row
 // batch takes the transaction, whose BEGIN and COMMIT cost no round trip.
-func (enqueuer) InsertFresh(context.Context, *store.Message, time.Time) (bool, error) { return false, nil }
+func (enqueuer) InsertFresh(context.Context, *store.Message, time.Time) (bool, error) {
+	return false, nil
+}
 
 // EnqueueTx prepares the statements of every chunk size n rows need
 // (chunkSizes: powers of two up to insertChunk), once per store, before
@@ -193,7 +195,9 @@ func (e enqueueTx) LockRevivable(ctx context.Context, ms []*store.Message, _ map
 	return reviveFacts(ctx, e.tx, ms)
 }
 
-func (e enqueueTx) Revive(ctx context.Context, vs []rules.Revival) error { return writeRevivals(ctx, e.tx, vs) }
+func (e enqueueTx) Revive(ctx context.Context, vs []rules.Revival) error {
+	return writeRevivals(ctx, e.tx, vs)
+}
 
 func (e enqueueTx) CountRefused(ctx context.Context, now time.Time, replays, conflicts int) error {
 	return countRefusedWrites(ctx, e.tx, now, replays, conflicts)
