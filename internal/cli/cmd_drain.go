@@ -142,14 +142,18 @@ an object on stdout.
 				OptedOut:     st.OptedOut,
 			}
 			if adm := intakeAdmission(a, st, clk.Now); adm != nil {
+				// A few batches at a time: a backlog in intake must not
+				// hold the claims of what is queued already.
+				adm.Rounds = 4
 				cfg.Admit = adm.Run
 			}
 			sum, err := drain.Run(cmd.Context(), cfg)
 			stopWatch()
 			fmt.Fprintf(a.ios.Err, "drain: claimed %d, sent %d, retried %d, failed %d, unknown %d, identity pauses %d, leases lost %d, given back %d (%.1fs)\n",
 				sum.Claimed, sum.Sent, sum.Retried, sum.Failed, sum.Unknown, sum.Paused, sum.LeaseLost, sum.GivenBack, sum.Seconds)
-			if sum.Admitted > 0 || sum.Invalid > 0 {
-				fmt.Fprintf(a.ios.Err, "drain: rows taken in by SQL: admitted %d, failed as invalid %d\n", sum.Admitted, sum.Invalid)
+			if sum.Admitted > 0 || sum.Invalid > 0 || sum.IntakeExpired > 0 {
+				fmt.Fprintf(a.ios.Err, "drain: rows taken in by SQL: admitted %d, failed as invalid %d, expired before admission %d\n",
+					sum.Admitted, sum.Invalid, sum.IntakeExpired)
 			}
 			if a.cfg.Output == outJSON {
 				if perr := printJSON(a.ios.Out, sum); perr != nil && err == nil {

@@ -109,7 +109,7 @@ stderr says how many more and how to see them: the same command with
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.state, "state", "", "only rows in this state (queued, sending, unknown, sent, failed, delivered, read)")
+	f.StringVar(&o.state, "state", "", "only rows in this state (intake, queued, sending, unknown, sent, failed, delivered, read)")
 	f.StringVar(&o.to, "to", "", "only rows to this recipient")
 	f.StringVar(&o.region, "region", "", "ISO country code for a local --to number [MSGQ_REGION]")
 	f.StringVar(&o.purpose, "purpose", "", "only rows with this purpose")

@@ -80,7 +80,7 @@ func newPurgeCmd(a *app) *cobra.Command {
 messages (sent, delivered, read, failed) created more than D ago. The row stays
 with its tenant, key, body hash, state and history: a send that replays an old
 key is still answered as a replay (or refused as a conflict), never sent again.
-Rows not finished (queued, sending, unknown) are never purged.
+Rows not finished (intake, queued, sending, unknown) are never purged.
 
 Webhook data older than D goes too, as it is customer data:
   - raw webhook deliveries processed without an error are deleted. A delivery

@@ -26,7 +26,7 @@ const intakePoll = 2 * time.Second
 // followIntake admits intake rows until ctx ends, woken by the store's
 // NOTIFY at each enqueue() commit where it can listen.
 func followIntake(ctx context.Context, a *app, st store.Store, what string) {
-	adm := intakeAdmission(a, st, time.Now)
+	adm := intakeAdmission(a, st, a.now)
 	if adm == nil {
 		return
 	}
@@ -34,7 +34,8 @@ func followIntake(ctx context.Context, a *app, st store.Store, what string) {
 	if l, ok := st.(store.Listener); ok {
 		w, err := l.Enqueued(ctx)
 		if err != nil {
-			a.log.Warn(what+": cannot listen for enqueues; admitting rows taken in by SQL every "+intakePoll.String(), "err", err)
+			// Expected behind a transaction pooler.
+			a.log.Info(what+": cannot listen for enqueues; admitting rows taken in by SQL every "+intakePoll.String(), "why", err)
 		}
 		wake = w
 	}

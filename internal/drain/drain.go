@@ -158,11 +158,12 @@ type Summary struct {
 	// GivenBack counts rows given back without a call because the lease
 	// check failed (the process was frozen, or a clock jumped).
 	GivenBack int `json:"given_back"`
-	// Admitted and Invalid count the intake rows this run queued and
-	// failed as invalid (Config.Admit).
-	Admitted int     `json:"admitted"`
-	Invalid  int     `json:"invalid"`
-	Seconds  float64 `json:"seconds"`
+	// Admitted, Invalid and IntakeExpired count the intake rows this run
+	// queued, failed as invalid and failed as expired (Config.Admit).
+	Admitted      int     `json:"admitted"`
+	Invalid       int     `json:"invalid"`
+	IntakeExpired int     `json:"intake_expired"`
+	Seconds       float64 `json:"seconds"`
 }
 
 func (c *Config) defaults() error {
@@ -365,7 +366,9 @@ func Run(ctx context.Context, cfg Config) (Summary, error) {
 		}
 		lastAdmit = cfg.Mono()
 		res, err := cfg.Admit(ctx)
-		d.add(func(s *Summary) { s.Admitted += res.Admitted; s.Invalid += res.Invalid })
+		d.add(func(s *Summary) {
+			s.Admitted, s.Invalid, s.IntakeExpired = s.Admitted+res.Admitted, s.Invalid+res.Invalid, s.IntakeExpired+res.Expired
+		})
 		if err != nil && ctx.Err() == nil {
 			cfg.Log.Warn("admitting rows taken in by SQL failed", "err", err)
 		}

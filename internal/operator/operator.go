@@ -270,6 +270,12 @@ func resendAllowed(orig *store.Message, cfg ResendConfig) error {
 	refuse := func(why string) error {
 		return refusedf(state.ErrRefused, "cannot resend %s: it is %s; %s", rowLabel(orig), stateLabel(orig), why)
 	}
+	if store.NeverAdmitted(orig) {
+		// Its columns hold the input PostgreSQL's enqueue() took in, not a
+		// send checked and normalised by the admission: sending them
+		// would skip every check msgq send makes.
+		return refuse("it was taken in by enqueue() and never admitted, so it holds unchecked input; send it again with a corrected enqueue() call or msgq send")
+	}
 	switch orig.State {
 	case state.Failed:
 		if orig.MaybeSent && orig.Reason != state.Resolved && !cfg.AcceptRisk {
@@ -290,6 +296,8 @@ func resendAllowed(orig *store.Message, cfg ResendConfig) error {
 		return refuse("it may still go out; cancel it first (msgq cancel) if it must not")
 	case state.Sending:
 		return refuse("a drain may be sending it right now; wait for its outcome (msgq stuck, msgq reconcile)")
+	case state.Intake:
+		return refuse("it waits for its admission (msgq drain or msgq serve admits it); cancel it first (msgq cancel) if it must not go out")
 	}
 	return refuse("msgq does not know this state")
 }

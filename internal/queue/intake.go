@@ -33,6 +33,10 @@ type Admission struct {
 	Now func() time.Time
 	// Batch is the rows a round decides; 0: DefaultIntakeBatch.
 	Batch int
+	// Rounds bounds the rounds one Run makes (0: until no row is left), so
+	// that a caller with other work (the drain) is not held by a backlog:
+	// it runs again soon.
+	Rounds int
 }
 
 // Run decides every intake row there is, a batch at a time, and says
@@ -47,7 +51,7 @@ func (a *Admission) Run(ctx context.Context) (store.IntakeResult, error) {
 	if batch <= 0 {
 		batch = DefaultIntakeBatch
 	}
-	for ctx.Err() == nil {
+	for round := 1; ctx.Err() == nil; round++ {
 		rows, err := a.Store.IntakeList(ctx, names, batch)
 		if err != nil || len(rows) == 0 {
 			return total, err
@@ -62,7 +66,7 @@ func (a *Admission) Run(ctx context.Context) (store.IntakeResult, error) {
 		total.Invalid += res.Invalid
 		total.Expired += res.Expired
 		total.Skipped += res.Skipped
-		if err != nil || len(rows) < batch {
+		if err != nil || len(rows) < batch || round == a.Rounds {
 			return total, err
 		}
 	}
@@ -99,9 +103,9 @@ func (a *Admission) now() time.Time {
 
 // decide is the admission of one intake row: its input read as a Spec
 // (the tenant, key and identity the row's), admitted as msgq send admits
-// one. A deadline already past is left for the store to fail as expired
-// (rules.Intake), not refused as bad input: the input was good when it
-// was taken in.
+// one. A row whose deadline has passed is failed as expired rather than
+// checked: it can never go out, and enqueue() refused a deadline already
+// past when it took the row in, so the time passed in intake is why.
 func (a *Admission) decide(r *store.IntakeRow, now time.Time) store.IntakeDecision {
 	var s Spec
 	if err := json.Unmarshal(r.Input, &s); err != nil {
@@ -110,7 +114,7 @@ func (a *Admission) decide(r *store.IntakeRow, now time.Time) store.IntakeDecisi
 	s.Key, s.Tenant, s.Identity = r.Key, r.Tenant, r.Identity
 	if s.ExpiresAt != "" {
 		if t, err := time.Parse(time.RFC3339, s.ExpiresAt); err == nil && !t.After(now) {
-			return store.IntakeDecision{ID: r.ID, Params: &store.EnqueueParams{Tenant: r.Tenant, Key: r.Key, Identity: r.Identity, ExpiresAt: t}}
+			return store.IntakeDecision{ID: r.ID, Expired: true}
 		}
 	}
 	d := a.Defaults

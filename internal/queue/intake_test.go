@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/msgq/msgq/internal/identities"
+	"github.com/msgq/msgq/internal/operator"
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
 	"github.com/msgq/msgq/internal/store/postgres"
@@ -180,5 +182,46 @@ func TestAdmissionsRacingDecideEachRowOnce(t *testing.T) {
 	}
 	if admits != n || queued != n {
 		t.Fatalf("%d admit history rows and %d queued rows; want %d each", admits, queued, n)
+	}
+}
+
+// TestAnAdmissionAheadOfTheDatabaseFailsTheRowAsExpired: a process whose
+// clock runs ahead of the database's sees a row's deadline passed before
+// the database does: the row fails as expired, never queued (with or
+// without its content), and the input it was taken in with stays on it.
+func TestAnAdmissionAheadOfTheDatabaseFailsTheRowAsExpired(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, conn, schema := pgStore(t, store.SQLIdentity{Name: "shop", Default: true})
+	id := sqlEnqueue(t, conn, schema, "key", "soon", "to_addr", "+15551234567", "text", "hi", "expires_in", 30*time.Second)
+	ahead := func() time.Time { return time.Now().Add(time.Minute) }
+	res, err := (&Admission{Store: st, Defaults: Defaults{Identities: intakeIdentities(t)}, Now: ahead}).Run(ctx)
+	if err != nil || res != (store.IntakeResult{Expired: 1}) {
+		t.Fatalf("admission: %+v, %v; want the row expired", res, err)
+	}
+	m, err := st.MessageGet(ctx, "", id)
+	if err != nil || m.State != state.Failed || m.Reason != state.Expired || m.To != "+15551234567" || m.Payload == nil || m.Payload.Text != "hi" {
+		t.Fatalf("%+v, %v; want failed(expired) with its input", m, err)
+	}
+}
+
+// TestARowNeverAdmittedIsNotResent: msgq resend of a row the admission
+// refused is refused: its columns are the caller's input, unchecked, and
+// sending them would skip every check (here a text of four SMS segments
+// where the identity allows one).
+func TestARowNeverAdmittedIsNotResent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, conn, schema := pgStore(t, store.SQLIdentity{Name: "shop", Default: true}, store.SQLIdentity{Name: "texts"})
+	id := sqlEnqueue(t, conn, schema, "key", "long", "identity", "texts", "to_addr", "+15551234567", "text", strings.Repeat("x", 500))
+	if res, err := (&Admission{Store: st, Defaults: Defaults{Identities: intakeIdentities(t)}}).Run(ctx); err != nil || res.Invalid != 1 {
+		t.Fatalf("admission: %+v, %v", res, err)
+	}
+	_, err := operator.Resend(ctx, operator.ResendConfig{Store: st, Tenant: store.DefaultTenant, Ref: id, Key: "long-again", Force: true, AcceptRisk: true})
+	if !errors.Is(err, state.ErrRefused) || !strings.Contains(err.Error(), "never admitted") {
+		t.Fatalf("resend of a refused intake row: %v; want a refusal saying it was never admitted", err)
+	}
+	if _, err := st.MessageGet(ctx, store.DefaultTenant, "long-again"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused resend wrote a row: %v", err)
 	}
 }

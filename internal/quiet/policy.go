@@ -114,8 +114,8 @@ func (p Policy) At(t time.Time, r Row) (Hold, bool) {
 	return Hold{Window: w, Zone: zone, Until: w.Ends(t, zone)}, true
 }
 
-// Schedule is quiet hours at enqueue for one send (msgq send's, through
-// internal/cli/send_quiet.go): now is the sender's clock; notBefore and
+// Schedule is quiet hours at enqueue for one send (the admission's,
+// internal/queue/admit.go's quietSchedule): now is the admitting clock; notBefore and
 // notBeforeIn, expiresAt and expiresIn are the send's (zero: not given).
 // held says the send is due inside r's window and must wait until its
 // end, until. An error is bad input at enqueue: a malformed override, a

@@ -218,8 +218,8 @@ func walkFromNone(t *rapid.T, steps int) {
 		if to == Intake && from != None {
 			t.Fatalf("step %d: %s went back to intake on %s; a row is taken in only when it is created", i, from, ev)
 		}
-		if from == Intake && to != Queued && !(to == Failed && (res.Reason == Invalid || res.Reason == Expired)) {
-			t.Fatalf("step %d: intake left for %s(%s) on %s; only admission (queued), invalid or expiry may move it", i, to, res.Reason, ev)
+		if from == Intake && to != Queued && !(to == Failed && (res.Reason == Invalid || res.Reason == Expired || res.Reason == Canceled)) {
+			t.Fatalf("step %d: intake left for %s(%s) on %s; only admission (queued), invalid, expiry or a cancel may move it", i, to, res.Reason, ev)
 		}
 
 		r = row{to, res.Reason}

@@ -286,7 +286,8 @@ func Transition(from State, ev Event) (Result, error) {
 		return fail(ev.Reason)
 
 	case Cancel:
-		if from != Queued {
+		// An intake row has not even been admitted: nothing of it went out.
+		if from != Queued && from != Intake {
 			return refuse(from, ev, "only a queued row has certainly not gone out")
 		}
 		return fail(Canceled)

@@ -170,7 +170,7 @@ var matrix = []struct {
 	{Intake, failWith(Resolved), refused},
 	{Intake, failWith(OptedOut), refused},
 	{Intake, failWith(NoReason), refused},
-	{Intake, evCancel, refused},
+	{Intake, evCancel, failedAs(Canceled)},
 	{Intake, evLeaseExpired, refused},
 	{Intake, evAbandon, refused},
 	{Intake, evLeaseRequeue, refused},

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -46,8 +47,13 @@ type IntakeDecision struct {
 	// (unless its deadline has passed by the store's clock: then it fails
 	// as expired). Its tenant and key must be the row's.
 	Params *EnqueueParams
-	// Invalid, when Params is nil, refuses it: the row fails with reason
-	// invalid and this (the field error, verbatim) as its last error.
+	// Expired, when Params is nil, fails it as expired: its deadline
+	// passed before it was admitted (by the admitting process's clock;
+	// the row never goes out either way).
+	Expired bool
+	// Invalid, when Params is nil and not Expired, refuses it: the row
+	// fails with reason invalid and this (the field error, verbatim) as
+	// its last error.
 	Invalid string
 }
 
@@ -68,3 +74,13 @@ type Intaker interface {
 	// row is still in intake.
 	IntakeDecide(ctx context.Context, ds []IntakeDecision) (IntakeResult, error)
 }
+
+// IntakeHashPrefix starts the body hash of a row enqueue() took in until
+// the admission gives it Go's (migrations/0026_sql_intake.sql): the same
+// key sent by msgq send meanwhile is a conflict, never a replay.
+const IntakeHashPrefix = "intake:"
+
+// NeverAdmitted says m was taken in by enqueue() and never admitted
+// (still in intake, or failed invalid or expired before its admission):
+// its columns hold the caller's input as given, unchecked.
+func NeverAdmitted(m *Message) bool { return strings.HasPrefix(m.BodyHash, IntakeHashPrefix) }

@@ -31,7 +31,8 @@ const DefaultNoProgressAfter = 15 * time.Minute
 const CountBuckets = 8 * 24 * time.Hour
 
 // FailureReasons are the reasons of the failed state, in the order stats
-// shows them; each is shown even at zero.
+// shows them; each is in its JSON even at zero (the table leaves invalid
+// out while it is zero: only the SQL intake's admission sets it).
 var FailureReasons = []state.Reason{state.Permanent, state.Expired, state.Exhausted, state.Canceled, state.Resolved, state.OptedOut, state.Invalid}
 
 // VitalStats are those figures. Field names are a JSON

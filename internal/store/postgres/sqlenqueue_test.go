@@ -2,6 +2,8 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -219,16 +222,27 @@ func TestSQLEnqueueReplaysAndConflicts(t *testing.T) {
 			t.Fatalf("%v: %v (%+v); want SQLSTATE MQ409 with DETAIL %s", other, err, pe, first)
 		}
 	}
-	// A key msgq send wrote: enqueue() cannot know the content is the
-	// same (it reads no number), so it is a conflict, never a replay.
+	// A key msgq send wrote: a replay when the call gives the content as
+	// stored (the number in E.164), a conflict when it writes it another
+	// way (enqueue() reads no number).
 	p2 := storetest.Params("k2")
-	if _, err := h.MessageEnqueue(ctx, &p2); err != nil {
+	r2, err := h.MessageEnqueue(ctx, &p2)
+	if err != nil {
 		t.Fatal(err)
 	}
 	messages++
 	history++
-	if _, err := app.enqueue(ctx, app.conn, "key", "k2", "to_addr", "+15551234567", "template", "order_update", "params", []string{"Ada", "1001"}); !isCode(err, "MQ409") {
-		t.Fatalf("enqueue() of a key msgq send wrote: %v; want MQ409", err)
+	if id, err := app.enqueue(ctx, app.conn, "key", "k2", "to_addr", "+15551234567", "template", "order_update", "params", []string{"Ada", "1001"}); err != nil || id != r2.Message.ID {
+		t.Fatalf("enqueue() of a send msgq send wrote, as stored: %q, %v; want a replay of %s", id, err, r2.Message.ID)
+	}
+	for _, other := range [][]any{
+		{"key", "k2", "to_addr", "+1 555 123 4567", "template", "order_update", "params", []string{"Ada", "1001"}},
+		{"key", "k2", "to_addr", "+15551234567", "template", "order_update", "params", []string{"Ada", "1002"}},
+		{"key", "k2", "to_addr", "+15551234567", "channel", "sms", "template", "order_update", "params", []string{"Ada", "1001"}},
+	} {
+		if _, err := app.enqueue(ctx, app.conn, other...); !isCode(err, "MQ409") {
+			t.Fatalf("%v of a key msgq send wrote: %v; want MQ409", other, err)
+		}
 	}
 	if m, h2 := count(t, h, "messages"), count(t, h, "history"); m != messages || h2 != history {
 		t.Fatalf("conflicts wrote rows: messages %d -> %d, history %d -> %d", messages, m, history, h2)
@@ -271,6 +285,9 @@ func TestSQLEnqueueRefusesWhatItCanCheckExactly(t *testing.T) {
 		{"both expiries", "expires_in", append([]any{"key", "k", "expires_in", time.Minute, "expires_at", time.Now().Add(time.Hour)}, ok...)},
 		{"both not_befores", "not_before", append([]any{"key", "k", "not_before_in", time.Minute, "not_before", time.Now().Add(time.Hour)}, ok...)},
 		{"an expiry before not_before", "expires_at", append([]any{"key", "k", "not_before_in", time.Hour, "expires_in", time.Minute}, ok...)},
+		{"not_before infinity", "not_before", append([]any{"key", "k", "not_before", pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}}, ok...)},
+		{"an expiry past the year 9999", "expires_at", append([]any{"key", "k", "expires_at", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, ok...)},
+		{"a delay past the year 9999", "not_before", append([]any{"key", "k", "not_before_in", pgtype.Interval{Months: 9000 * 12, Valid: true}}, ok...)},
 	}
 	for _, c := range cases {
 		_, err := app.enqueue(ctx, app.conn, c.args...)
@@ -328,13 +345,23 @@ func TestIntakeDecisionsAreWrittenOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An operator may cancel a row waiting in intake: nothing of it went
+	// out. The admission's decision on it is then skipped.
+	canceled, err := app.enqueue(ctx, app.conn, "key", "canceled", "to_addr", "+15551234567", "text", "hi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := h.MessageTransition(ctx, &store.TransitionParams{ID: canceled, From: state.Intake, Event: state.Event{Kind: state.Cancel},
+		Source: store.SourceOperator, Detail: "canceled by test"}); err != nil || m.State != state.Failed || m.Reason != state.Canceled {
+		t.Fatalf("cancel of an intake row: %+v, %v", m, err)
+	}
 	why := `to: invalid phone number "+1555": too short`
 	pl := storetest.Params("late")
 	pl.Tenant, pl.Payload = store.DefaultTenant, store.Payload{Text: "hi"}
 	pl.ExpiresAt = time.Now().Add(-time.Second)
-	ds := []store.IntakeDecision{{ID: bad, Invalid: why}, {ID: late, Params: &pl}, admitted(good, "good")}
+	ds := []store.IntakeDecision{{ID: bad, Invalid: why}, {ID: late, Params: &pl}, admitted(good, "good"), {ID: canceled, Invalid: "never written"}}
 	res, err := h.IntakeDecide(ctx, ds)
-	if err != nil || res != (store.IntakeResult{Admitted: 1, Invalid: 1, Expired: 1}) {
+	if err != nil || res != (store.IntakeResult{Admitted: 1, Invalid: 1, Expired: 1, Skipped: 1}) {
 		t.Fatalf("decide: %+v, %v", res, err)
 	}
 	m, err := h.MessageGet(ctx, "", bad)
@@ -358,13 +385,13 @@ func TestIntakeDecisionsAreWrittenOnce(t *testing.T) {
 			failed = append(failed, e.Subject)
 		}
 	}
-	if len(failed) != 2 {
-		t.Fatalf("message.failed events for %v; want the refused and the expired rows", failed)
+	if len(failed) != 3 {
+		t.Fatalf("message.failed events for %v; want the refused, the expired and the canceled rows", failed)
 	}
 	messages, history := count(t, h, "messages"), count(t, h, "history")
 	res, err = h.IntakeDecide(ctx, ds)
-	if err != nil || res != (store.IntakeResult{Skipped: 3}) {
-		t.Fatalf("deciding again: %+v, %v; want all three skipped", res, err)
+	if err != nil || res != (store.IntakeResult{Skipped: 4}) {
+		t.Fatalf("deciding again: %+v, %v; want all four skipped", res, err)
 	}
 	if m, h2 := count(t, h, "messages"), count(t, h, "history"); m != messages || h2 != history {
 		t.Fatalf("a second decision wrote: messages %d -> %d, history %d -> %d", messages, m, history, h2)
@@ -441,5 +468,80 @@ func waitLockWait(t *testing.T, conn *pgx.Conn, pid uint32) {
 			t.Fatal("the second enqueue never waited for the first")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSQLEnqueueNeedsNoTablePrivileges: enqueue() runs as its owner, so an
+// application role with USAGE on the schema (and EXECUTE, every role's
+// unless revoked) enqueues, replays and gets MQ409, though it can read no
+// table of msgq's: the counts and events its triggers keep are msgq's.
+func TestSQLEnqueueNeedsNoTablePrivileges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	h, app := newSQLApp(t)
+	b := make([]byte, 6)
+	rand.Read(b)
+	role := pgx.Identifier{"msgq_app_" + hex.EncodeToString(b)}.Sanitize()
+	if _, err := app.conn.Exec(ctx, "CREATE ROLE "+role+" NOLOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), h.url)
+		if err != nil {
+			t.Errorf("drop role: %v", err)
+			return
+		}
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), "DROP OWNED BY "+role+"; DROP ROLE "+role); err != nil {
+			t.Errorf("drop role: %v", err)
+		}
+	})
+	if _, err := app.conn.Exec(ctx, "GRANT USAGE ON SCHEMA "+pgx.Identifier{app.schema}.Sanitize()+" TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.EndpointAdd(ctx, &store.Endpoint{ID: "ep_1", Tenant: store.DefaultTenant, URL: "https://hooks.example.com/msgq", Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}); err != nil {
+		t.Fatal(err)
+	}
+	as := func(fn func(tx pgx.Tx) error) error {
+		tx, err := app.conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, "SET LOCAL ROLE "+role); err != nil {
+			t.Fatal(err)
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	var id, again string
+	if err := as(func(tx pgx.Tx) error {
+		var err error
+		if id, err = app.enqueue(ctx, tx, "key", "least", "to_addr", "+15551234567", "text", "hi"); err != nil {
+			return err
+		}
+		again, err = app.enqueue(ctx, tx, "key", "least", "to_addr", "+15551234567", "text", "hi")
+		return err
+	}); err != nil || again != id {
+		t.Fatalf("as a role with USAGE only: %q then %q, %v; want an id and its replay", id, again, err)
+	}
+	err := as(func(tx pgx.Tx) error {
+		_, err := app.enqueue(ctx, tx, "key", "least", "to_addr", "+15551234567", "text", "other")
+		return err
+	})
+	if !isCode(err, "MQ409") {
+		t.Fatalf("a conflict as that role: %v; want MQ409", err)
+	}
+	err = as(func(tx pgx.Tx) error {
+		var n int
+		return tx.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{app.schema, "messages"}.Sanitize()).Scan(&n)
+	})
+	if !isCode(err, "42501") { // insufficient_privilege
+		t.Fatalf("the role read msgq's messages table: %v; want permission denied", err)
+	}
+	if m, err := h.MessageGet(ctx, "", id); err != nil || m.State != state.Intake {
+		t.Fatalf("taken in by the role: %+v, %v", m, err)
 	}
 }

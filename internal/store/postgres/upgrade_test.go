@@ -270,7 +270,8 @@ func catalog(t *testing.T, h *handle) []string {
 // schema as a new one, object for object: the released functions and
 // tables gone, sql_identities down to names. The message the released
 // enqueue() wrote is queued as it was, and the new enqueue() takes a send
-// in by the identity the released one had recorded.
+// in by the identity the released one had recorded; the released call,
+// repeated with the number as stored, is a replay of its message.
 func TestEveryReleasedSchemaUpgradesToTheSQLIntake(t *testing.T) {
 	url := testURL(t)
 	t.Parallel()
@@ -305,6 +306,16 @@ func TestEveryReleasedSchemaUpgradesToTheSQLIntake(t *testing.T) {
 				m, err := h.MessageGet(ctx, "", oldID)
 				if err != nil || m.State != state.Queued || m.To != "+15551234567" {
 					t.Fatalf("the released enqueue()'s message after the upgrade: %+v, %v", m, err)
+				}
+				// The released call again: a replay when it gives the number
+				// as stored, a conflict written another way (the contract
+				// of docs/sql-enqueue.md).
+				var again string
+				if err := h.pool.QueryRow(ctx, "SELECT enqueue(key => 'released', to_addr => '+15551234567', text => 'hi')").Scan(&again); err != nil || again != oldID {
+					t.Fatalf("the released call with the number as stored, after the upgrade: %q, %v; want a replay of %s", again, err, oldID)
+				}
+				if err := h.pool.QueryRow(ctx, "SELECT enqueue(key => 'released', to_addr => '+1 555 123 4567', text => 'hi')").Scan(&again); !isCode(err, "MQ409") {
+					t.Fatalf("the released call as it was written, after the upgrade: %q, %v; want MQ409", again, err)
 				}
 				var id string
 				if err := h.pool.QueryRow(ctx, "SELECT enqueue(key => 'intake', to_addr => '+15551234567', text => 'hi')").Scan(&id); err != nil {

@@ -20,25 +20,34 @@ type IntakeWrite struct {
 	Event, Detail string
 }
 
-// Intake decides d at now (the store's clock), through the state machine:
-// an admission whose deadline has passed (by now, whatever it was when
-// the admission checked it) fails as expired; otherwise the row is queued
-// as d.Params says. A refusal fails it as invalid, its field error kept.
+// Intake decides d at now (the store's clock), through the state machine.
+// An admission is queued as d.Params says, once they pass the store's own
+// check at now: a deadline passed by now (whatever it was when the
+// admission checked it) fails the row as expired, and parameters the
+// store refuses fail it as invalid (the admission checks far more, so
+// this is a guard, never the rule). A decision of expiry fails it as
+// expired, a refusal as invalid with its field error kept.
 func Intake(d store.IntakeDecision, now time.Time) IntakeWrite {
 	ev := state.Event{Kind: state.Fail, Reason: state.Invalid}
 	var w IntakeWrite
-	if d.Params != nil {
+	switch {
+	case d.Params != nil:
 		p := *d.Params
 		p.Normalize()
 		p.Resolve(now)
 		if !p.ExpiresAt.IsZero() && !p.ExpiresAt.After(now) {
 			ev.Reason = state.Expired
 			w.Detail = "its deadline passed before it was admitted (" + p.ExpiresAt.UTC().Format(time.RFC3339) + ")"
+		} else if err := p.Validate(now); err != nil {
+			w.Detail = err.Error()
 		} else {
 			ev = state.Event{Kind: state.Admit}
 			w.Msg = store.NewMessage(&p, d.ID, now)
 		}
-	} else {
+	case d.Expired:
+		ev.Reason = state.Expired
+		w.Detail = "its deadline passed before it was admitted"
+	default:
 		w.Detail = d.Invalid
 	}
 	res, err := state.Transition(state.Intake, ev)

@@ -23,6 +23,15 @@ func TestIntakeAdmitsRefusesAndExpires(t *testing.T) {
 	if w := Intake(store.IntakeDecision{ID: "01B", Params: &late}, now); w.To != state.Failed || w.Reason != state.Expired || w.Msg != nil || w.Event != "fail(expired)" {
 		t.Errorf("past its deadline: %+v", w)
 	}
+	if w := Intake(store.IntakeDecision{ID: "01D", Expired: true}, now); w.To != state.Failed || w.Reason != state.Expired || w.Msg != nil {
+		t.Errorf("decided expired: %+v", w)
+	}
+	// Parameters the store refuses are never queued, whatever the
+	// admission said: a row without an address fails as invalid.
+	empty := store.EnqueueParams{Tenant: "default", Key: "k", Identity: "texts"}
+	if w := Intake(store.IntakeDecision{ID: "01E", Params: &empty}, now); w.To != state.Failed || w.Reason != state.Invalid || w.Msg != nil || w.Detail == "" {
+		t.Errorf("unchecked parameters: %+v", w)
+	}
 	if w := Intake(store.IntakeDecision{ID: "01C", Invalid: `to: invalid phone number "+1555"`}, now); w.To != state.Failed ||
 		w.Reason != state.Invalid || w.Detail != `to: invalid phone number "+1555"` || w.Event != "fail(invalid)" {
 		t.Errorf("refused: %+v", w)
