@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -88,6 +89,15 @@ func TestServeAdmitsRowsTakenInBySQL(t *testing.T) {
 		}
 		return id
 	}
+	// Another host's config defines "elsewhere" (its msgq migrate recorded
+	// the name): this one leaves its rows in intake.
+	if _, err := conn.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "sql_identities"}.Sanitize()+" (name, updated_at) VALUES ('elsewhere', now())"); err != nil {
+		t.Fatal(err)
+	}
+	var waiting string
+	if err := conn.QueryRow(ctx, "SELECT "+pgx.Identifier{schema}.Sanitize()+".enqueue(key => 'sql-elsewhere', identity => 'elsewhere', to_addr => '+15551234567', text => 'hi')").Scan(&waiting); err != nil {
+		t.Fatal(err)
+	}
 	good, bad := enqueue("sql-good", "(555) 123-4567"), enqueue("sql-bad", "+1555")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		g, b := e.get(good), e.get(bad)
@@ -102,4 +112,21 @@ func TestServeAdmitsRowsTakenInBySQL(t *testing.T) {
 			t.Fatalf("serve left %s %s and %s %s for 30s", g.Key, g.State, b.Key, b.State)
 		}
 	}
+	// The row no config here defines waits in intake, listed, and a
+	// person may cancel it (nothing of it went out); resend refuses it.
+	if m := e.get(waiting); m.State != state.Intake {
+		t.Fatalf("another host's row: %s; want it left in intake", m.State)
+	}
+	var listed []struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(e.run("list", "--state", "intake", "-o", "json")), &listed); err != nil || len(listed) != 1 || listed[0].ID != waiting {
+		t.Fatalf("list --state intake: %+v, %v; want %s", listed, err, waiting)
+	}
+	e.run("cancel", "sql-elsewhere", "--by", "test")
+	if m := e.get(waiting); m.State != state.Failed || m.Reason != state.Canceled {
+		t.Fatalf("after cancel: %s(%s); want failed(canceled)", m.State, m.Reason)
+	}
+	e.refused(1, `never admitted`, "resend", "sql-bad", "--key", "sql-bad-2")
 }
