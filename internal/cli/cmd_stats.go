@@ -242,8 +242,13 @@ func printStats(w io.Writer, r *statsResult) error {
 	if s.Delivered > 0 {
 		delivered += fmt.Sprintf(" (sent to delivered: p50 %s, p95 %s)", duration.Human(s.DeliveryP50), duration.Human(s.DeliveryP95))
 	}
-	return printTable(w, nil, append([][]string{
-		{"oldest eligible queued", oldest},
+	lines := [][]string{{"oldest eligible queued", oldest}}
+	// Only where PostgreSQL's enqueue() takes sends in, and while one
+	// waits for its admission (docs/sql-enqueue.md).
+	if s.OldestIntake != nil {
+		lines = append(lines, []string{"oldest intake", fmt.Sprintf("%s (taken in at %s)", duration.Human(health.IntakeAge(s)), stamp(*s.OldestIntake))})
+	}
+	return printTable(w, nil, append(append(lines, [][]string{
 		{"sending past lease", strconv.Itoa(s.SendingPastLease)},
 		{"unknown", strconv.Itoa(s.Unknown)},
 		{"key replays", strconv.FormatInt(s.KeyReplays, 10)},
@@ -260,7 +265,7 @@ func printStats(w io.Writer, r *statsResult) error {
 		{"provider id collisions", strconv.Itoa(s.ProviderIDCollisions)},
 		{"provider notices", fmt.Sprintf("%d (%d not understood)", s.Notices, s.UnknownNotices)},
 		{"templates held", fmt.Sprintf("%d (%d queued rows waiting)", s.TemplateHolds, s.TemplateHeldRows)},
-	}, append(vitalRows(s, r.QueuedUnsendable), []string{"status events", eventsLine(&r.Events)})...))
+	}...), append(vitalRows(s, r.QueuedUnsendable), []string{"status events", eventsLine(&r.Events)})...))
 }
 
 // eventsLine sums up the events outbox for people.
@@ -342,6 +347,9 @@ func printPrometheus(w io.Writer, s *store.Stats, un []health.Unsendable, ev *ev
 	gauge("msgq_oldest_eligible_queued_age_seconds",
 		"How long the oldest eligible queued message (due, within its deadline, identity not paused) has been due; 0 when none is.").
 		Set(health.OldestAge(s).Seconds())
+	gauge("msgq_oldest_intake_age_seconds",
+		"How long the oldest message PostgreSQL's enqueue() took in has waited for its admission; 0 when none waits (always on SQLite).").
+		Set(health.IntakeAge(s).Seconds())
 	gauge("msgq_sending_past_lease", "Messages in sending whose lease has expired (a drain died mid-call).").
 		Set(float64(s.SendingPastLease))
 	gauge("msgq_recent_deliveries", "Messages delivered within the window.").Set(float64(s.Delivered))

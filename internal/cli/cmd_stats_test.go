@@ -192,7 +192,7 @@ func TestStatsAndHealthReportAQueueBuiltToKnownNumbers(t *testing.T) {
 			}
 			fields := slices.Sorted(maps.Keys(raw))
 			want := []string{"at", "attempts_by_class", "challenges", "clock_offset_ns", "clock_offset_process", "counts", "delivered", "delivery_p50_ns", "delivery_p95_ns",
-				"duplicate_webhooks", "events", "key_replays", "notices", "oldest_eligible_age_ns", "oldest_eligible_due_at", "parked_evidence",
+				"duplicate_webhooks", "events", "key_replays", "notices", "oldest_eligible_age_ns", "oldest_eligible_due_at", "oldest_intake_at", "parked_evidence",
 				"provider_id_collisions", "replayed_webhooks", "sending_past_lease", "suspect_evidence", "template_held_rows", "template_holds",
 				"unattributed_inbound", "unknown", "unknown_notices", "unprocessed_webhooks", "unreadable_webhooks", "window_ns"}
 			want = slices.Sorted(slices.Values(append(want, statsVitalFields...))) // stats_vitals_test.go

@@ -200,6 +200,8 @@ var Vitals = []Vital{
 	{"max_challenges_expired", "challenges expired (deadline passed, no step completed) within --window", false},
 	{"max_challenge_unknown_past_deadline", "challenge steps in unknown past their deadline", false},
 	{"max_challenge_first_delivery_p95", "the 95th percentile of challenge creation to first delivery, within --window", true},
+	{"max_oldest_intake", "how long the oldest row PostgreSQL's enqueue() took in has waited for its admission (no drain or serve runs with its identity's config)", true},
+	{"max_failed_invalid", "rows taken in by enqueue() and failed as invalid at their admission, within --window", false},
 }
 
 // vitalCheck measures one of Vitals against s; ok is false for a
@@ -212,6 +214,10 @@ func vitalCheck(name string, limit int64, s *store.Stats, un []Unsendable) (valu
 		return n, fmt.Sprintf("%s failed as %s in the last %s (max %d)", nRows(n), reason, win, limit), true
 	}
 	switch name {
+	case "max_oldest_intake":
+		age := IntakeAge(s)
+		return int64(age), fmt.Sprintf("the oldest row taken in by enqueue() has waited %s for its admission (max %s): is a drain or msgq serve running with its identity's config?",
+			duration.Human(age), duration.Human(time.Duration(limit))), true
 	case "max_key_conflicts":
 		return v.RecentKeyConflicts, fmt.Sprintf("%d key conflict(s) in the last %s: a key was reused with another body (max %d)",
 			v.RecentKeyConflicts, win, limit), true
@@ -337,6 +343,15 @@ func OldestAge(s *store.Stats) time.Duration {
 		return 0
 	}
 	return max(0, s.At.Sub(*s.OldestEligible))
+}
+
+// IntakeAge is how long the oldest row waiting in intake has waited
+// (zero when none does).
+func IntakeAge(s *store.Stats) time.Duration {
+	if s.OldestIntake == nil {
+		return 0
+	}
+	return max(0, s.At.Sub(*s.OldestIntake))
 }
 
 // Permille writes thousandths as a percentage.

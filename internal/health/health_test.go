@@ -76,3 +76,37 @@ func TestEvaluateCrossesOnlyWhatIsPastItsMax(t *testing.T) {
 		t.Errorf("a failed daily-share measure was not an error")
 	}
 }
+
+// TestHealthWatchesTheSQLIntake: rows PostgreSQL's enqueue() took in that
+// wait for an admission no process gives them, and rows it refused, fire
+// their checks; a store with none (SQLite, or an intake kept up with)
+// passes them.
+func TestHealthWatchesTheSQLIntake(t *testing.T) {
+	ts, err := health.Parse(health.Settings{Vitals: map[string]string{"max_oldest_intake": "1m", "max_failed_invalid": "0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 8, 12, 0, 0, 0, time.UTC)
+	taken := at.Add(-5 * time.Minute)
+	s := &store.Stats{At: at, Window: time.Hour, OldestIntake: &taken}
+	s.RecentFailures = map[string]int{"invalid": 2}
+	res, err := health.Evaluate(ts, health.Input{Stats: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"max_oldest_intake":  "the oldest row taken in by enqueue() has waited 5m for its admission (max 1m): is a drain or msgq serve running with its identity's config?",
+		"max_failed_invalid": "2 rows failed as invalid in the last 1h (max 0)",
+	}
+	if res.OK || len(res.Checks) != 2 {
+		t.Fatalf("result %+v; want both crossed", res)
+	}
+	for _, c := range res.Checks {
+		if !c.Crossed || c.Message != want[c.Name] {
+			t.Errorf("%s: crossed %v %q; want %q", c.Name, c.Crossed, c.Message, want[c.Name])
+		}
+	}
+	if res, err := health.Evaluate(ts, health.Input{Stats: &store.Stats{At: at, Window: time.Hour}}); err != nil || !res.OK {
+		t.Errorf("no intake, no refusal: %+v, %v; want ok", res, err)
+	}
+}

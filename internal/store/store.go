@@ -276,6 +276,11 @@ type Stats struct {
 	// its age is the alert that fires for every kind of stuck drain. Nil
 	// when there is none.
 	OldestEligible *time.Time `json:"oldest_eligible_due_at"`
+	// OldestIntake is when the oldest row still waiting in intake was
+	// taken in by PostgreSQL's enqueue() (docs/sql-enqueue.md): its age
+	// says admission is not running for its identity. Nil when none
+	// waits (always on SQLite).
+	OldestIntake *time.Time `json:"oldest_intake_at"`
 	// SendingPastLease counts rows in sending whose lease has expired.
 	SendingPastLease int `json:"sending_past_lease"`
 	// Unknown counts rows in unknown.

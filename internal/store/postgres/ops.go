@@ -199,6 +199,16 @@ func (s *Store) Stats(ctx context.Context, p *store.StatsParams) (*store.Stats, 
 			rules.AddDue(st, *due)
 		}
 	}
+	// Through messages_intake (0026): ids are ULIDs, so the first is the
+	// oldest, and the read costs the intake rows', not the table's.
+	var intake time.Time
+	switch err := tx.QueryRow(ctx, "SELECT created_at FROM messages WHERE state = 'intake' ORDER BY id LIMIT 1").Scan(&intake); {
+	case err == nil:
+		t := intake.UTC()
+		st.OldestIntake = &t
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("postgres: stats: %w", err)
+	}
 	if err := tx.QueryRow(ctx, "SELECT count(*) FROM messages WHERE state IN ('sending', 'unknown') AND state = 'sending' AND lease_until <= $1",
 		b.LeaseOver).Scan(&st.SendingPastLease); err != nil {
 		return nil, fmt.Errorf("postgres: stats: %w", err)

@@ -120,6 +120,9 @@ func TestSQLEnqueueTakesInIffTheTransactionCommits(t *testing.T) {
 	if cl, err := h.MessageClaim(ctx, &store.ClaimParams{Owner: "drain-1", LeaseFor: time.Minute, Limit: 10}); err != nil || len(cl) != 0 {
 		t.Fatalf("a drain claimed %d intake rows (%v); want none", len(cl), err)
 	}
+	if st, err := h.Stats(ctx, &store.StatsParams{}); err != nil || st.OldestIntake == nil || !st.OldestIntake.Equal(m.CreatedAt) {
+		t.Fatalf("stats' oldest intake %v, %v; want the row's %v", st.OldestIntake, err, m.CreatedAt)
+	}
 
 	rows, err := h.IntakeList(ctx, []string{"sim", "mail"}, 10)
 	if err != nil || len(rows) != 1 || rows[0].ID != id || rows[0].Identity != "sim" {
@@ -156,6 +159,9 @@ func TestSQLEnqueueTakesInIffTheTransactionCommits(t *testing.T) {
 	hs, err = h.MessageHistory(ctx, id)
 	if err != nil || len(hs) != 2 || hs[1].From != state.Intake || hs[1].To != state.Queued || hs[1].Event != "admit" || hs[1].Source != store.SourceAdmission {
 		t.Fatalf("history %+v, %v; want take_in then admit", hs, err)
+	}
+	if st, err := h.Stats(ctx, &store.StatsParams{}); err != nil || st.OldestIntake != nil {
+		t.Fatalf("stats' oldest intake once admitted: %v, %v; want none", st.OldestIntake, err)
 	}
 	if cl, err := h.MessageClaim(ctx, &store.ClaimParams{Owner: "drain-1", LeaseFor: time.Minute, Limit: 10}); err != nil || len(cl) != 1 || cl[0].ID != id {
 		t.Fatalf("a drain claimed %+v (%v); want the admitted row", cl, err)
