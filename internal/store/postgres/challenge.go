@@ -73,106 +73,99 @@ func (s *Store) ChallengeGet(ctx context.Context, tenant, ref string) (*store.Ch
 	return c, err
 }
 
-// ChallengeEnqueue writes a challenge, its steps and what it supersedes
-// in one transaction. The challenge row goes first (ON CONFLICT DO
-// NOTHING): a concurrent enqueue of the same key waits for it and then
-// finds it, a replay or a conflict, before writing any step.
+// ChallengeEnqueue writes a challenge: the use case is
+// rules.ChallengeEnqueue's, this store's statements challengeTx's.
 func (s *Store) ChallengeEnqueue(ctx context.Context, p *store.ChallengeParams) (*store.ChallengeResult, error) {
-	now, err := s.clock(ctx, s.pool)
+	return rules.ChallengeEnqueue(ctx, challenger{enqueuer{s}}, p)
+}
+
+// challenger is the store as rules.ChallengeDriver.
+type challenger struct{ enqueuer }
+
+func (c challenger) ChallengeTx(ctx context.Context, fn func(rules.ChallengeTx) error) error {
+	return c.s.inTx(ctx, "challenge enqueue", func(tx pgx.Tx) error { return fn(challengeTx{tx}) })
+}
+
+// challengeTx is a challenge enqueue's transaction as rules.ChallengeTx.
+type challengeTx struct{ tx pgx.Tx }
+
+func (t challengeTx) ChallengeInsert(ctx context.Context, c *store.Challenge, now time.Time) (bool, error) {
+	tag, err := t.tx.Exec(ctx, "INSERT INTO challenges ("+challengeCols+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $14) "+
+		"ON CONFLICT (tenant, key) DO NOTHING",
+		c.ID, c.Tenant, c.Key, c.BodyHash, c.Deadline, c.AcceptDuplicateRisk, c.FallbackUndelivered, c.Supersedes,
+		c.Outcome, c.By, c.Blocked, c.Why, c.NextAt, now)
 	if err != nil {
-		return nil, err
+		return false, fmt.Errorf("postgres: challenge enqueue: %w", err)
 	}
-	c, msgs, err := rules.ChallengeBuild(p, now, s.ids.New)
+	return tag.RowsAffected() == 1, nil
+}
+
+func (t challengeTx) ChallengeByKey(ctx context.Context, tenant, key string, lock bool) (*store.Challenge, error) {
+	forUpdate := ""
+	if lock {
+		forUpdate = " FOR UPDATE"
+	}
+	return loadChallenge(ctx, t.tx, "tenant = $1 AND key = $2", forUpdate, tenant, key)
+}
+
+func (t challengeTx) StepCancel(ctx context.Context, x rules.StepCancel, now time.Time) (bool, error) {
+	return cancelStep(ctx, t.tx, x, store.SourceSend, now)
+}
+
+func (t challengeTx) StepWhy(ctx context.Context, challengeID string, step int, why string) error {
+	if _, err := t.tx.Exec(ctx, "UPDATE challenge_steps SET why = $1 WHERE challenge_id = $2 AND step = $3", why, challengeID, step); err != nil {
+		return fmt.Errorf("postgres: supersede: %w", err)
+	}
+	return nil
+}
+
+func (t challengeTx) ChallengeSupersede(ctx context.Context, id, why string, now time.Time) error {
+	if _, err := t.tx.Exec(ctx, "UPDATE challenges SET outcome = $1, why = $2, next_at = NULL, updated_at = $3 WHERE id = $4 AND outcome = 'open'",
+		store.ChallengeSuperseded, why, now, id); err != nil {
+		return fmt.Errorf("postgres: supersede: %w", err)
+	}
+	return nil
+}
+
+func (t challengeTx) MessageInsertOne(ctx context.Context, m *store.Message, now time.Time) (bool, error) {
+	payload, _ := json.Marshal(m.Payload)
+	tag, err := t.tx.Exec(ctx, "INSERT INTO messages (id, tenant, key, body_hash, recipient, channel, identity, purpose, "+
+		"trigger_ref, lane, payload, state, next_attempt_at, expires_at, resend_of, created_at, updated_at) "+
+		"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16) ON CONFLICT (tenant, key) DO NOTHING",
+		m.ID, m.Tenant, m.Key, m.BodyHash, m.To, m.Channel, m.Identity, m.Purpose, m.TriggerRef, m.Lane, string(payload),
+		string(m.State), m.NextAttemptAt, m.ExpiresAt, m.ResendOf, now)
 	if err != nil {
-		return nil, err
+		return false, fmt.Errorf("postgres: challenge enqueue: %w", err)
 	}
-	res := &store.ChallengeResult{Challenge: c}
-	var refused error
-	err = s.inTx(ctx, "challenge enqueue", func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, "INSERT INTO challenges ("+challengeCols+") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $14) "+
-			"ON CONFLICT (tenant, key) DO NOTHING",
-			c.ID, c.Tenant, c.Key, c.BodyHash, c.Deadline, c.AcceptDuplicateRisk, c.FallbackUndelivered, c.Supersedes,
-			c.Outcome, c.By, c.Blocked, c.Why, c.NextAt, now)
-		if err != nil {
-			return fmt.Errorf("postgres: challenge enqueue: %w", err)
-		}
-		if tag.RowsAffected() == 0 {
-			old, err := loadChallenge(ctx, tx, "tenant = $1 AND key = $2", "", c.Tenant, c.Key)
-			if err != nil {
-				return err
-			}
-			if old == nil {
-				return fmt.Errorf("postgres: challenge enqueue: key %q neither inserted nor found", c.Key)
-			}
-			replay := old.BodyHash == c.BodyHash
-			if replay {
-				res = &store.ChallengeResult{Challenge: old, Replayed: true}
-			} else {
-				refused = &store.ConflictError{Tenant: old.Tenant, Key: old.Key, ExistingID: old.ID}
-			}
-			return countRefusedWrites(ctx, tx, now, b2i(replay), b2i(!replay))
-		}
-		if c.Supersedes != "" {
-			sup, err := loadChallenge(ctx, tx, "tenant = $1 AND key = $2", " FOR UPDATE", c.Tenant, c.Supersedes)
-			if err != nil {
-				return err
-			}
-			if sup == nil {
-				return &store.InvalidError{Field: "supersedes", Msg: fmt.Sprintf("no challenge has key %q", c.Supersedes)}
-			}
-			for _, x := range rules.Supersede(sup, c.Key) {
-				ok, err := cancelStep(ctx, tx, x, store.SourceSend, now)
-				if err != nil {
-					return err
-				}
-				if ok {
-					res.Superseded++
-					if _, err := tx.Exec(ctx, "UPDATE challenge_steps SET why = $1 WHERE challenge_id = $2 AND step = $3",
-						"canceled: "+x.Detail, sup.ID, x.Step); err != nil {
-						return fmt.Errorf("postgres: supersede: %w", err)
-					}
-				}
-			}
-			if _, err := tx.Exec(ctx, "UPDATE challenges SET outcome = $1, why = $2, next_at = NULL, updated_at = $3 WHERE id = $4 AND outcome = 'open'",
-				store.ChallengeSuperseded, "superseded by challenge "+c.Key, now, sup.ID); err != nil {
-				return fmt.Errorf("postgres: supersede: %w", err)
-			}
-		}
-		ids := make([]string, len(msgs))
-		for i, m := range msgs {
-			payload, _ := json.Marshal(m.Payload)
-			tag, err := tx.Exec(ctx, "INSERT INTO messages (id, tenant, key, body_hash, recipient, channel, identity, purpose, "+
-				"trigger_ref, lane, payload, state, next_attempt_at, expires_at, resend_of, created_at, updated_at) "+
-				"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $16) ON CONFLICT (tenant, key) DO NOTHING",
-				m.ID, m.Tenant, m.Key, m.BodyHash, m.To, m.Channel, m.Identity, m.Purpose, m.TriggerRef, m.Lane, string(payload),
-				string(m.State), m.NextAttemptAt, m.ExpiresAt, m.ResendOf, now)
-			if err != nil {
-				return fmt.Errorf("postgres: challenge enqueue: %w", err)
-			}
-			if tag.RowsAffected() == 0 {
-				// A single send holds the key: the challenge is another body.
-				var existing string
-				if err := tx.QueryRow(ctx, "SELECT id FROM messages WHERE tenant = $1 AND key = $2", m.Tenant, m.Key).Scan(&existing); err != nil {
-					return fmt.Errorf("postgres: challenge enqueue: %w", err)
-				}
-				return &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: existing}
-			}
-			st := c.Steps[i]
-			if _, err := tx.Exec(ctx, "INSERT INTO challenge_steps (challenge_id, step, message_id, release_at, released, why, seen_state) "+
-				"VALUES ($1, $2, $3, $4, $5, $6, $7)", c.ID, st.Step, m.ID, st.ReleaseAt, st.Released, st.Why, string(m.State)); err != nil {
-				return fmt.Errorf("postgres: challenge enqueue: %w", err)
-			}
-			ids[i] = m.ID
-		}
-		return writeEnqueueHistory(ctx, tx, ids, now)
-	})
-	if err != nil {
-		return nil, err
+	return tag.RowsAffected() == 1, nil
+}
+
+func (t challengeTx) MessageIDByKey(ctx context.Context, tenant, key string) (string, error) {
+	var id string
+	if err := t.tx.QueryRow(ctx, "SELECT id FROM messages WHERE tenant = $1 AND key = $2", tenant, key).Scan(&id); err != nil {
+		return "", fmt.Errorf("postgres: challenge enqueue: %w", err)
 	}
-	if refused != nil {
-		return nil, refused
+	return id, nil
+}
+
+func (t challengeTx) StepInsert(ctx context.Context, id string, st store.ChallengeStep, m *store.Message) error {
+	if _, err := t.tx.Exec(ctx, "INSERT INTO challenge_steps (challenge_id, step, message_id, release_at, released, why, seen_state) "+
+		"VALUES ($1, $2, $3, $4, $5, $6, $7)", id, st.Step, m.ID, st.ReleaseAt, st.Released, st.Why, string(m.State)); err != nil {
+		return fmt.Errorf("postgres: challenge enqueue: %w", err)
 	}
-	return res, nil
+	return nil
+}
+
+func (t challengeTx) CreationHistory(ctx context.Context, ms []*store.Message, now time.Time) error {
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	return writeEnqueueHistory(ctx, t.tx, ids, now)
+}
+
+func (t challengeTx) CountRefused(ctx context.Context, now time.Time, replays, conflicts int) error {
+	return countRefusedWrites(ctx, t.tx, now, replays, conflicts)
 }
 
 // ChallengeTick decides due and changed open challenges, each in a
@@ -369,3 +362,7 @@ func challengeVitals(ctx context.Context, tx pgx.Tx, now, since time.Time, v *st
 	rules.SetFirstDeliveries(v, lat)
 	return nil
 }
+
+// ChallengeDriver is the store's challenge enqueue statements, for the
+// driver suite (storetest).
+func (s *Store) ChallengeDriver() rules.ChallengeDriver { return challenger{enqueuer{s}} }

@@ -76,102 +76,114 @@ func (s *Store) ChallengeGet(ctx context.Context, tenant, ref string) (*store.Ch
 	return c, err
 }
 
-// ChallengeEnqueue writes a challenge, its steps and what it supersedes
-// in one write transaction.
+// ChallengeEnqueue writes a challenge: the use case is
+// rules.ChallengeEnqueue's, this store's statements challengeTx's.
 func (s *Store) ChallengeEnqueue(ctx context.Context, p *store.ChallengeParams) (*store.ChallengeResult, error) {
-	now := s.clock()
-	c, msgs, err := rules.ChallengeBuild(p, now, s.ids.New)
+	return rules.ChallengeEnqueue(ctx, challenger{enqueuer{s}}, p)
+}
+
+// challenger is the store as rules.ChallengeDriver.
+type challenger struct{ enqueuer }
+
+func (c challenger) ChallengeTx(ctx context.Context, fn func(rules.ChallengeTx) error) error {
+	tx, err := c.s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, err
-	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: challenge enqueue: %w", err)
+		return fmt.Errorf("sqlite: challenge enqueue: %w", err)
 	}
 	defer tx.Rollback()
-	old, err := loadChallenge(ctx, tx, "tenant = ? AND key = ?", c.Tenant, c.Key)
-	if err != nil {
-		return nil, err
-	}
-	if old != nil {
-		replay := old.BodyHash == c.BodyHash
-		if err := countRefusedWrites(ctx, tx, now, b2i(replay), b2i(!replay)); err != nil {
-			return nil, err
-		}
-		if err := tx.Commit(); err != nil {
-			return nil, fmt.Errorf("sqlite: challenge enqueue: commit: %w", err)
-		}
-		if !replay {
-			return nil, &store.ConflictError{Tenant: old.Tenant, Key: old.Key, ExistingID: old.ID}
-		}
-		return &store.ChallengeResult{Challenge: old, Replayed: true}, nil
-	}
-	res := &store.ChallengeResult{Challenge: c}
-	if c.Supersedes != "" {
-		sup, err := loadChallenge(ctx, tx, "tenant = ? AND key = ?", c.Tenant, c.Supersedes)
-		if err != nil {
-			return nil, err
-		}
-		if sup == nil {
-			return nil, &store.InvalidError{Field: "supersedes", Msg: fmt.Sprintf("no challenge has key %q", c.Supersedes)}
-		}
-		for _, x := range rules.Supersede(sup, c.Key) {
-			ok, err := cancelStep(ctx, tx, x, store.SourceSend, now)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				res.Superseded++
-				if _, err := tx.ExecContext(ctx, "UPDATE challenge_steps SET why = ? WHERE challenge_id = ? AND step = ?",
-					"canceled: "+x.Detail, sup.ID, x.Step); err != nil {
-					return nil, fmt.Errorf("sqlite: supersede: %w", err)
-				}
-			}
-		}
-		if _, err := tx.ExecContext(ctx, "UPDATE challenges SET outcome = ?, why = ?, next_at = NULL, updated_at = ? WHERE id = ? AND outcome = 'open'",
-			store.ChallengeSuperseded, "superseded by challenge "+c.Key, micros(now), sup.ID); err != nil {
-			return nil, fmt.Errorf("sqlite: supersede: %w", err)
-		}
-	}
-	for i, m := range msgs {
-		payload, _ := json.Marshal(m.Payload)
-		var exp time.Time
-		if m.ExpiresAt != nil {
-			exp = *m.ExpiresAt
-		}
-		var id string
-		err := tx.QueryRowContext(ctx, insertMessagesSQL(1), m.ID, m.Tenant, m.Key, m.BodyHash, m.To, m.Channel, m.Identity,
-			m.Purpose, m.TriggerRef, m.Lane, string(payload), string(m.State),
-			micros(m.NextAttemptAt), nullMicros(exp), m.ResendOf, micros(now), micros(now)).Scan(&id)
-		if errors.Is(err, sql.ErrNoRows) {
-			// A single send holds the key: the challenge is another body.
-			var existing string
-			if err := tx.QueryRowContext(ctx, "SELECT id FROM messages WHERE tenant = ? AND key = ?", m.Tenant, m.Key).Scan(&existing); err != nil {
-				return nil, fmt.Errorf("sqlite: challenge enqueue: %w", err)
-			}
-			return nil, &store.ConflictError{Tenant: m.Tenant, Key: m.Key, ExistingID: existing}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("sqlite: challenge enqueue: %w", err)
-		}
-		st := c.Steps[i]
-		if _, err := tx.ExecContext(ctx, "INSERT INTO challenge_steps (challenge_id, step, message_id, release_at, released, why, seen_state) "+
-			"VALUES (?, ?, ?, ?, ?, ?, ?)", c.ID, st.Step, m.ID, micros(st.ReleaseAt), st.Released, st.Why, string(m.State)); err != nil {
-			return nil, fmt.Errorf("sqlite: challenge enqueue: %w", err)
-		}
-	}
-	if err := s.insertCreationHistory(ctx, tx, msgs, now); err != nil {
-		return nil, err
-	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO challenges ("+challengeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		c.ID, c.Tenant, c.Key, c.BodyHash, nullTime(c.Deadline), c.AcceptDuplicateRisk, c.FallbackUndelivered, c.Supersedes,
-		c.Outcome, c.By, c.Blocked, c.Why, nullTime(c.NextAt), micros(now), micros(now)); err != nil {
-		return nil, fmt.Errorf("sqlite: challenge enqueue: %w", err)
+	if err := fn(challengeTx{c.s, tx}); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("sqlite: challenge enqueue: commit: %w", err)
+		return fmt.Errorf("sqlite: challenge enqueue: commit: %w", err)
 	}
-	return res, nil
+	return nil
+}
+
+// challengeTx is a challenge enqueue's write transaction as
+// rules.ChallengeTx.
+type challengeTx struct {
+	s  *Store
+	tx *sql.Tx
+}
+
+func (t challengeTx) ChallengeInsert(ctx context.Context, c *store.Challenge, now time.Time) (bool, error) {
+	r, err := t.tx.ExecContext(ctx, "INSERT INTO challenges ("+challengeCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "+
+		"ON CONFLICT (tenant, key) DO NOTHING",
+		c.ID, c.Tenant, c.Key, c.BodyHash, nullTime(c.Deadline), c.AcceptDuplicateRisk, c.FallbackUndelivered, c.Supersedes,
+		c.Outcome, c.By, c.Blocked, c.Why, nullTime(c.NextAt), micros(now), micros(now))
+	if err != nil {
+		return false, fmt.Errorf("sqlite: challenge enqueue: %w", err)
+	}
+	n, err := r.RowsAffected()
+	return n == 1, err
+}
+
+// ChallengeByKey needs no lock: the transaction holds the single writer.
+func (t challengeTx) ChallengeByKey(ctx context.Context, tenant, key string, _ bool) (*store.Challenge, error) {
+	return loadChallenge(ctx, t.tx, "tenant = ? AND key = ?", tenant, key)
+}
+
+func (t challengeTx) StepCancel(ctx context.Context, x rules.StepCancel, now time.Time) (bool, error) {
+	return cancelStep(ctx, t.tx, x, store.SourceSend, now)
+}
+
+func (t challengeTx) StepWhy(ctx context.Context, challengeID string, step int, why string) error {
+	if _, err := t.tx.ExecContext(ctx, "UPDATE challenge_steps SET why = ? WHERE challenge_id = ? AND step = ?", why, challengeID, step); err != nil {
+		return fmt.Errorf("sqlite: supersede: %w", err)
+	}
+	return nil
+}
+
+func (t challengeTx) ChallengeSupersede(ctx context.Context, id, why string, now time.Time) error {
+	if _, err := t.tx.ExecContext(ctx, "UPDATE challenges SET outcome = ?, why = ?, next_at = NULL, updated_at = ? WHERE id = ? AND outcome = 'open'",
+		store.ChallengeSuperseded, why, micros(now), id); err != nil {
+		return fmt.Errorf("sqlite: supersede: %w", err)
+	}
+	return nil
+}
+
+func (t challengeTx) MessageInsertOne(ctx context.Context, m *store.Message, now time.Time) (bool, error) {
+	payload, _ := json.Marshal(m.Payload)
+	var exp time.Time
+	if m.ExpiresAt != nil {
+		exp = *m.ExpiresAt
+	}
+	var id string
+	err := t.tx.QueryRowContext(ctx, insertMessagesSQL(1), m.ID, m.Tenant, m.Key, m.BodyHash, m.To, m.Channel, m.Identity,
+		m.Purpose, m.TriggerRef, m.Lane, string(payload), string(m.State),
+		micros(m.NextAttemptAt), nullMicros(exp), m.ResendOf, micros(now), micros(now)).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sqlite: challenge enqueue: %w", err)
+	}
+	return true, nil
+}
+
+func (t challengeTx) MessageIDByKey(ctx context.Context, tenant, key string) (string, error) {
+	var id string
+	if err := t.tx.QueryRowContext(ctx, "SELECT id FROM messages WHERE tenant = ? AND key = ?", tenant, key).Scan(&id); err != nil {
+		return "", fmt.Errorf("sqlite: challenge enqueue: %w", err)
+	}
+	return id, nil
+}
+
+func (t challengeTx) StepInsert(ctx context.Context, id string, st store.ChallengeStep, m *store.Message) error {
+	if _, err := t.tx.ExecContext(ctx, "INSERT INTO challenge_steps (challenge_id, step, message_id, release_at, released, why, seen_state) "+
+		"VALUES (?, ?, ?, ?, ?, ?, ?)", id, st.Step, m.ID, micros(st.ReleaseAt), st.Released, st.Why, string(m.State)); err != nil {
+		return fmt.Errorf("sqlite: challenge enqueue: %w", err)
+	}
+	return nil
+}
+
+func (t challengeTx) CreationHistory(ctx context.Context, ms []*store.Message, now time.Time) error {
+	return t.s.insertCreationHistory(ctx, t.tx, ms, now)
+}
+
+func (t challengeTx) CountRefused(ctx context.Context, now time.Time, replays, conflicts int) error {
+	return countRefusedWrites(ctx, t.tx, now, replays, conflicts)
 }
 
 // ChallengeTick decides due and changed open challenges, each in a write
@@ -374,3 +386,7 @@ func challengeVitals(ctx context.Context, tx *sql.Tx, now, since time.Time, v *s
 	rules.SetFirstDeliveries(v, lat)
 	return nil
 }
+
+// ChallengeDriver is the store's challenge enqueue statements, for the
+// driver suite (storetest).
+func (s *Store) ChallengeDriver() rules.ChallengeDriver { return challenger{enqueuer{s}} }

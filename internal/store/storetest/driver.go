@@ -146,3 +146,77 @@ func testEnqueueStatements(t *testing.T, h Harness) {
 		}
 	})
 }
+
+// challengeDriver is a store's challenge enqueue statements.
+type challengeDriver interface {
+	ChallengeDriver() rules.ChallengeDriver
+}
+
+// testChallengeStatements is the driver suite of the challenge enqueue
+// use case: its statements alone, on the store.
+func testChallengeStatements(t *testing.T, h Harness) {
+	ctx := context.Background()
+	s := h.New(t, nil)
+	dr, ok := s.(challengeDriver)
+	if !ok {
+		t.Fatalf("%T has no ChallengeDriver", s)
+	}
+	d := dr.ChallengeDriver()
+	now, err := d.EnqueueClock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := challengeParams("stmt-1")
+	c, msgs, err := rules.ChallengeBuild(&p, now, d.NewID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	single := Params("held-by-a-send")
+	must[*store.EnqueueResult](t)(s.MessageEnqueue(ctx, &single))
+	err = d.ChallengeTx(ctx, func(tx rules.ChallengeTx) error {
+		if ok, err := tx.ChallengeInsert(ctx, c, now); err != nil || !ok {
+			t.Errorf("ChallengeInsert of a new key: %t, %v", ok, err)
+		}
+		if ok, err := tx.ChallengeInsert(ctx, c, now); err != nil || ok {
+			t.Errorf("ChallengeInsert of a taken key: %t, %v; want false", ok, err)
+		}
+		if got, err := tx.ChallengeByKey(ctx, c.Tenant, c.Key, true); err != nil || got == nil || got.ID != c.ID {
+			t.Errorf("ChallengeByKey: %+v, %v; want %s", got, err, c.ID)
+		}
+		if got, err := tx.ChallengeByKey(ctx, c.Tenant, "none", false); err != nil || got != nil {
+			t.Errorf("ChallengeByKey of no challenge: %+v, %v; want nil", got, err)
+		}
+		for i, m := range msgs {
+			if ok, err := tx.MessageInsertOne(ctx, m, now); err != nil || !ok {
+				t.Errorf("MessageInsertOne: %t, %v", ok, err)
+			}
+			if err := tx.StepInsert(ctx, c.ID, c.Steps[i], m); err != nil {
+				t.Error(err)
+			}
+		}
+		if err := tx.CreationHistory(ctx, msgs, now); err != nil {
+			t.Error(err)
+		}
+		taken := *msgs[0]
+		taken.ID, taken.Key = d.NewID(now), "held-by-a-send"
+		if ok, err := tx.MessageInsertOne(ctx, &taken, now); err != nil || ok {
+			t.Errorf("MessageInsertOne of a key a send holds: %t, %v; want false", ok, err)
+		}
+		if id, err := tx.MessageIDByKey(ctx, store.DefaultTenant, "held-by-a-send"); err != nil || id == "" {
+			t.Errorf("MessageIDByKey: %q, %v", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ChallengeGet(ctx, store.DefaultTenant, "stmt-1")
+	if err != nil || len(got.Steps) != len(msgs) {
+		t.Fatalf("the challenge written: %+v, %v; want %d steps", got, err, len(msgs))
+	}
+	for _, m := range msgs {
+		if hs, err := s.MessageHistory(ctx, m.ID); err != nil || len(hs) != 1 {
+			t.Fatalf("step message %s: %d history entries, %v; want its first", m.ID, len(hs), err)
+		}
+	}
+}

@@ -60,6 +60,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("Enqueue", func(t *testing.T) { t.Parallel(); testEnqueue(t, h) })
 	t.Run("EnqueueMany", func(t *testing.T) { t.Parallel(); testEnqueueMany(t, h) })
 	t.Run("EnqueueStatements", func(t *testing.T) { t.Parallel(); testEnqueueStatements(t, h) })
+	t.Run("ChallengeStatements", func(t *testing.T) { t.Parallel(); testChallengeStatements(t, h) })
 	t.Run("Get", func(t *testing.T) { t.Parallel(); testGet(t, h) })
 	t.Run("OptOuts", func(t *testing.T) { t.Parallel(); testOptOuts(t, h) })
 	t.Run("Revive", func(t *testing.T) { t.Parallel(); testRevive(t, h) })
