@@ -283,13 +283,6 @@ func cancelStep(ctx context.Context, tx pgx.Tx, x rules.StepCancel, source strin
 	return true, nil
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // challengeVitals reads store.ChallengeVitals in Stats' read transaction
 // (the recent figures from since).
 func challengeVitals(ctx context.Context, tx pgx.Tx, now, since time.Time, v *store.ChallengeVitals) error {

@@ -353,14 +353,6 @@ func (s *Store) ClockOffsetRecord(ctx context.Context, p *store.ClockOffset) err
 	return nil
 }
 
-// ts converts a time for a timestamptz column (NULL for the zero time).
-func ts(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UTC().Truncate(store.Resolution)
-}
-
 func utcPtr(t *time.Time) *time.Time {
 	if t == nil {
 		return nil

@@ -314,13 +314,6 @@ func nullTime(t *time.Time) any {
 	return micros(*t)
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // challengeVitals reads store.ChallengeVitals in Stats' read transaction
 // (the recent figures from since).
 func challengeVitals(ctx context.Context, tx *sql.Tx, now, since time.Time, v *store.ChallengeVitals) error {
