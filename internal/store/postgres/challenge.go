@@ -168,98 +168,90 @@ func (t challengeTx) CountRefused(ctx context.Context, now time.Time, replays, c
 	return countRefusedWrites(ctx, t.tx, now, replays, conflicts)
 }
 
-// ChallengeTick decides due and changed open challenges, each in a
-// transaction of its own that locks the challenge row (SKIP LOCKED: a
-// challenge another tick is deciding is left to it).
+// ChallengeTick applies the due challenges' plans: the use case is
+// rules.ChallengeTickDue's, this store's statements tickTx's.
 func (s *Store) ChallengeTick(ctx context.Context, p *store.TickParams) (int, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 100
+	return rules.ChallengeTickDue(ctx, ticker{s}, p)
+}
+
+// ticker is the store as rules.TickDriver.
+type ticker struct{ s *Store }
+
+func (t ticker) TickClock(ctx context.Context, tx rules.TickTx, at time.Time) (time.Time, error) {
+	if tx != nil {
+		return t.s.at(ctx, tx.(tickTx).tx, at)
 	}
-	now, err := s.at(ctx, s.pool, p.Now)
-	if err != nil {
-		return 0, err
-	}
-	rs, err := s.pool.Query(ctx, "SELECT id FROM challenges c WHERE outcome = 'open' AND ((next_at IS NOT NULL AND next_at <= $1) "+
+	return t.s.at(ctx, t.s.pool, at)
+}
+
+func (t ticker) ChallengesDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	rs, err := t.s.pool.Query(ctx, "SELECT id FROM challenges c WHERE outcome = 'open' AND ((next_at IS NOT NULL AND next_at <= $1) "+
 		"OR EXISTS (SELECT 1 FROM challenge_steps cs JOIN messages m ON m.id = cs.message_id WHERE cs.challenge_id = c.id AND m.state <> cs.seen_state)) "+
 		"ORDER BY next_at LIMIT $2", now, limit)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: challenge tick: %w", err)
+		return nil, fmt.Errorf("postgres: challenge tick: %w", err)
 	}
 	ids, err := pgx.CollectRows(rs, pgx.RowTo[string])
 	if err != nil {
-		return 0, fmt.Errorf("postgres: challenge tick: %w", err)
+		return nil, fmt.Errorf("postgres: challenge tick: %w", err)
 	}
-	n := 0
-	for _, id := range ids {
-		var done bool
-		err := s.inTx(ctx, "challenge tick", func(tx pgx.Tx) error {
-			var err error
-			done, err = s.tickOne(ctx, tx, id, p)
-			if !done && err == nil {
-				return errUndo
-			}
-			return err
-		})
-		if err != nil && !errors.Is(err, errUndo) {
-			return n, err
-		}
-		if done {
-			n++
-		}
-	}
-	return n, nil
+	return ids, nil
 }
 
-// errUndo rolls a tick's transaction back: a step moved since it was
-// read, and the next tick decides again.
-var errUndo = errors.New("challenge tick: undone")
+func (t ticker) TickTx(ctx context.Context, fn func(rules.TickTx) error) error {
+	return t.s.inTx(ctx, "challenge tick", func(tx pgx.Tx) error { return fn(tickTx{tx}) })
+}
 
-func (s *Store) tickOne(ctx context.Context, tx pgx.Tx, id string, p *store.TickParams) (bool, error) {
-	c, err := loadChallenge(ctx, tx, "id = $1 AND outcome = 'open'", " FOR UPDATE SKIP LOCKED", id)
-	if err != nil || c == nil {
-		return false, err
-	}
-	now, err := s.at(ctx, tx, p.Now)
+// tickTx is one challenge's tick as rules.TickTx.
+type tickTx struct{ tx pgx.Tx }
+
+// ChallengeOpen skips a challenge another tick holds (SKIP LOCKED): that
+// tick decides it.
+func (t tickTx) ChallengeOpen(ctx context.Context, id string) (*store.Challenge, error) {
+	return loadChallenge(ctx, t.tx, "id = $1 AND outcome = 'open'", " FOR UPDATE SKIP LOCKED", id)
+}
+
+func (t tickTx) StepCancel(ctx context.Context, x rules.StepCancel, source string, now time.Time) (bool, error) {
+	return cancelStep(ctx, t.tx, x, source, now)
+}
+
+func (t tickTx) StepRelease(ctx context.Context, challengeID string, step int, messageID string, now time.Time) (bool, error) {
+	tag, err := t.tx.Exec(ctx, "UPDATE messages SET next_attempt_at = $1, updated_at = $1 WHERE id = $2 AND state = 'queued'", now, messageID)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("postgres: challenge release: %w", err)
 	}
-	plan := rules.ChallengeTick(c, now)
-	for _, x := range plan.Cancels {
-		ok, err := cancelStep(ctx, tx, x, p.Source, now)
-		if err != nil || !ok {
-			return false, err // !ok: claimed since it was read; undo
-		}
+	if tag.RowsAffected() != 1 {
+		return false, nil
 	}
-	if plan.Release > 0 {
-		st := c.Steps[plan.Release-1]
-		tag, err := tx.Exec(ctx, "UPDATE messages SET next_attempt_at = $1, updated_at = $1 WHERE id = $2 AND state = 'queued'", now, st.Message.ID)
-		if err != nil {
-			return false, fmt.Errorf("postgres: challenge release: %w", err)
-		}
-		if tag.RowsAffected() != 1 {
-			return false, nil
-		}
-		if _, err := tx.Exec(ctx, "UPDATE challenge_steps SET released = true WHERE challenge_id = $1 AND step = $2", c.ID, st.Step); err != nil {
-			return false, fmt.Errorf("postgres: challenge release: %w", err)
-		}
-		if _, err := tx.Exec(ctx, notifySQL); err != nil {
-			return false, fmt.Errorf("postgres: challenge release notify: %w", err)
-		}
+	if _, err := t.tx.Exec(ctx, "UPDATE challenge_steps SET released = true WHERE challenge_id = $1 AND step = $2", challengeID, step); err != nil {
+		return false, fmt.Errorf("postgres: challenge release: %w", err)
 	}
-	for step, why := range plan.StepWhy {
-		if _, err := tx.Exec(ctx, "UPDATE challenge_steps SET why = $1 WHERE challenge_id = $2 AND step = $3", why, c.ID, step); err != nil {
-			return false, fmt.Errorf("postgres: challenge tick: %w", err)
-		}
-	}
-	if _, err := tx.Exec(ctx, "UPDATE challenge_steps cs SET seen_state = m.state FROM messages m WHERE m.id = cs.message_id AND cs.challenge_id = $1", c.ID); err != nil {
-		return false, fmt.Errorf("postgres: challenge tick: %w", err)
-	}
-	if _, err := tx.Exec(ctx, "UPDATE challenges SET outcome = $1, by_step = $2, blocked_step = $3, why = $4, next_at = $5, updated_at = $6 WHERE id = $7",
-		plan.Outcome, plan.By, plan.Blocked, plan.Why, plan.NextAt, now, c.ID); err != nil {
-		return false, fmt.Errorf("postgres: challenge tick: %w", err)
+	if _, err := t.tx.Exec(ctx, notifySQL); err != nil {
+		return false, fmt.Errorf("postgres: challenge release notify: %w", err)
 	}
 	return true, nil
+}
+
+func (t tickTx) StepWhy(ctx context.Context, challengeID string, step int, why string) error {
+	if _, err := t.tx.Exec(ctx, "UPDATE challenge_steps SET why = $1 WHERE challenge_id = $2 AND step = $3", why, challengeID, step); err != nil {
+		return fmt.Errorf("postgres: challenge tick: %w", err)
+	}
+	return nil
+}
+
+func (t tickTx) StepsSeen(ctx context.Context, challengeID string) error {
+	if _, err := t.tx.Exec(ctx, "UPDATE challenge_steps cs SET seen_state = m.state FROM messages m WHERE m.id = cs.message_id AND cs.challenge_id = $1", challengeID); err != nil {
+		return fmt.Errorf("postgres: challenge tick: %w", err)
+	}
+	return nil
+}
+
+func (t tickTx) ChallengeUpdate(ctx context.Context, id string, plan rules.TickPlan, now time.Time) error {
+	if _, err := t.tx.Exec(ctx, "UPDATE challenges SET outcome = $1, by_step = $2, blocked_step = $3, why = $4, next_at = $5, updated_at = $6 WHERE id = $7",
+		plan.Outcome, plan.By, plan.Blocked, plan.Why, plan.NextAt, now, id); err != nil {
+		return fmt.Errorf("postgres: challenge tick: %w", err)
+	}
+	return nil
 }
 
 // cancelStep cancels a step that has not gone out, through the machine's
@@ -359,3 +351,7 @@ func challengeVitals(ctx context.Context, tx pgx.Tx, now, since time.Time, v *st
 // ChallengeDriver is the store's challenge enqueue statements, for the
 // driver suite (storetest).
 func (s *Store) ChallengeDriver() rules.ChallengeDriver { return challenger{enqueuer{s}} }
+
+// TickDriver is the store's challenge tick statements, for the driver
+// suite (storetest).
+func (s *Store) TickDriver() rules.TickDriver { return ticker{s} }

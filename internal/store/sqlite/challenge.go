@@ -186,104 +186,109 @@ func (t challengeTx) CountRefused(ctx context.Context, now time.Time, replays, c
 	return countRefusedWrites(ctx, t.tx, now, replays, conflicts)
 }
 
-// ChallengeTick decides due and changed open challenges, each in a write
-// transaction of its own: SQLite's one writer means two ticks never
-// decide one challenge at once.
+// ChallengeTick applies the due challenges' plans: the use case is
+// rules.ChallengeTickDue's, this store's statements tickTx's.
 func (s *Store) ChallengeTick(ctx context.Context, p *store.TickParams) (int, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = 100
+	return rules.ChallengeTickDue(ctx, ticker{s}, p)
+}
+
+// ticker is the store as rules.TickDriver.
+type ticker struct{ s *Store }
+
+// TickClock reads the store's clock; inside a tick's transaction it is
+// read under the write lock.
+func (t ticker) TickClock(_ context.Context, _ rules.TickTx, at time.Time) (time.Time, error) {
+	if !at.IsZero() {
+		return at, nil
 	}
-	now := p.Now
-	if now.IsZero() {
-		now = s.clock()
-	}
-	rs, err := s.r.QueryContext(ctx, "SELECT id FROM challenges c WHERE outcome = 'open' AND ((next_at IS NOT NULL AND next_at <= ?) "+
+	return t.s.clock(), nil
+}
+
+func (t ticker) ChallengesDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	rs, err := t.s.r.QueryContext(ctx, "SELECT id FROM challenges c WHERE outcome = 'open' AND ((next_at IS NOT NULL AND next_at <= ?) "+
 		"OR EXISTS (SELECT 1 FROM challenge_steps cs JOIN messages m ON m.id = cs.message_id WHERE cs.challenge_id = c.id AND m.state <> cs.seen_state)) "+
 		"ORDER BY next_at LIMIT ?", micros(now), limit)
 	if err != nil {
-		return 0, fmt.Errorf("sqlite: challenge tick: %w", err)
+		return nil, fmt.Errorf("sqlite: challenge tick: %w", err)
 	}
 	var ids []string
 	for rs.Next() {
 		var id string
 		if err := rs.Scan(&id); err != nil {
 			rs.Close()
-			return 0, fmt.Errorf("sqlite: challenge tick: %w", err)
+			return nil, fmt.Errorf("sqlite: challenge tick: %w", err)
 		}
 		ids = append(ids, id)
 	}
 	if err := rs.Close(); err != nil {
-		return 0, fmt.Errorf("sqlite: challenge tick: %w", err)
+		return nil, fmt.Errorf("sqlite: challenge tick: %w", err)
 	}
-	n := 0
-	for _, id := range ids {
-		done, err := s.tickOne(ctx, id, p)
-		if err != nil {
-			return n, err
-		}
-		if done {
-			n++
-		}
-	}
-	return n, nil
+	return ids, nil
 }
 
-func (s *Store) tickOne(ctx context.Context, id string, p *store.TickParams) (bool, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
+func (t ticker) TickTx(ctx context.Context, fn func(rules.TickTx) error) error {
+	tx, err := t.s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return false, fmt.Errorf("sqlite: challenge tick: %w", err)
+		return fmt.Errorf("sqlite: challenge tick: %w", err)
 	}
 	defer tx.Rollback()
-	now := p.Now
-	if now.IsZero() {
-		now = s.clock() // read under the write lock
-	}
-	c, err := loadChallenge(ctx, tx, "id = ? AND outcome = 'open'", id)
-	if err != nil || c == nil {
-		return false, err
-	}
-	plan := rules.ChallengeTick(c, now)
-	for _, x := range plan.Cancels {
-		ok, err := cancelStep(ctx, tx, x, p.Source, now)
-		if err != nil {
-			return false, err
-		}
-		if !ok {
-			return false, fmt.Errorf("sqlite: challenge tick: step %d moved under the write lock", x.Step)
-		}
-	}
-	if plan.Release > 0 {
-		st := c.Steps[plan.Release-1]
-		r, err := tx.ExecContext(ctx, "UPDATE messages SET next_attempt_at = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
-			micros(now), micros(now), st.Message.ID)
-		if err != nil {
-			return false, fmt.Errorf("sqlite: challenge release: %w", err)
-		}
-		if n, _ := r.RowsAffected(); n != 1 {
-			return false, fmt.Errorf("sqlite: challenge release: step %d moved under the write lock", st.Step)
-		}
-		if _, err := tx.ExecContext(ctx, "UPDATE challenge_steps SET released = 1 WHERE challenge_id = ? AND step = ?", c.ID, st.Step); err != nil {
-			return false, fmt.Errorf("sqlite: challenge release: %w", err)
-		}
-	}
-	for step, why := range plan.StepWhy {
-		if _, err := tx.ExecContext(ctx, "UPDATE challenge_steps SET why = ? WHERE challenge_id = ? AND step = ?", why, c.ID, step); err != nil {
-			return false, fmt.Errorf("sqlite: challenge tick: %w", err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, "UPDATE challenge_steps SET seen_state = (SELECT state FROM messages m WHERE m.id = message_id) "+
-		"WHERE challenge_id = ?", c.ID); err != nil {
-		return false, fmt.Errorf("sqlite: challenge tick: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, "UPDATE challenges SET outcome = ?, by_step = ?, blocked_step = ?, why = ?, next_at = ?, updated_at = ? WHERE id = ?",
-		plan.Outcome, plan.By, plan.Blocked, plan.Why, nullTime(plan.NextAt), micros(now), c.ID); err != nil {
-		return false, fmt.Errorf("sqlite: challenge tick: %w", err)
+	if err := fn(tickTx{tx}); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("sqlite: challenge tick: commit: %w", err)
+		return fmt.Errorf("sqlite: challenge tick: commit: %w", err)
+	}
+	return nil
+}
+
+// tickTx is one challenge's tick as rules.TickTx: the transaction holds
+// the single writer, so what it reads stays as read.
+type tickTx struct{ tx *sql.Tx }
+
+func (t tickTx) ChallengeOpen(ctx context.Context, id string) (*store.Challenge, error) {
+	return loadChallenge(ctx, t.tx, "id = ? AND outcome = 'open'", id)
+}
+
+func (t tickTx) StepCancel(ctx context.Context, x rules.StepCancel, source string, now time.Time) (bool, error) {
+	return cancelStep(ctx, t.tx, x, source, now)
+}
+
+func (t tickTx) StepRelease(ctx context.Context, challengeID string, step int, messageID string, now time.Time) (bool, error) {
+	r, err := t.tx.ExecContext(ctx, "UPDATE messages SET next_attempt_at = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
+		micros(now), micros(now), messageID)
+	if err != nil {
+		return false, fmt.Errorf("sqlite: challenge release: %w", err)
+	}
+	if n, _ := r.RowsAffected(); n != 1 {
+		return false, nil
+	}
+	if _, err := t.tx.ExecContext(ctx, "UPDATE challenge_steps SET released = 1 WHERE challenge_id = ? AND step = ?", challengeID, step); err != nil {
+		return false, fmt.Errorf("sqlite: challenge release: %w", err)
 	}
 	return true, nil
+}
+
+func (t tickTx) StepWhy(ctx context.Context, challengeID string, step int, why string) error {
+	if _, err := t.tx.ExecContext(ctx, "UPDATE challenge_steps SET why = ? WHERE challenge_id = ? AND step = ?", why, challengeID, step); err != nil {
+		return fmt.Errorf("sqlite: challenge tick: %w", err)
+	}
+	return nil
+}
+
+func (t tickTx) StepsSeen(ctx context.Context, challengeID string) error {
+	if _, err := t.tx.ExecContext(ctx, "UPDATE challenge_steps SET seen_state = (SELECT state FROM messages m WHERE m.id = message_id) "+
+		"WHERE challenge_id = ?", challengeID); err != nil {
+		return fmt.Errorf("sqlite: challenge tick: %w", err)
+	}
+	return nil
+}
+
+func (t tickTx) ChallengeUpdate(ctx context.Context, id string, plan rules.TickPlan, now time.Time) error {
+	if _, err := t.tx.ExecContext(ctx, "UPDATE challenges SET outcome = ?, by_step = ?, blocked_step = ?, why = ?, next_at = ?, updated_at = ? WHERE id = ?",
+		plan.Outcome, plan.By, plan.Blocked, plan.Why, nullTime(plan.NextAt), micros(now), id); err != nil {
+		return fmt.Errorf("sqlite: challenge tick: %w", err)
+	}
+	return nil
 }
 
 // cancelStep cancels a step that has not gone out, through the machine's
@@ -383,3 +388,7 @@ func challengeVitals(ctx context.Context, tx *sql.Tx, now, since time.Time, v *s
 // ChallengeDriver is the store's challenge enqueue statements, for the
 // driver suite (storetest).
 func (s *Store) ChallengeDriver() rules.ChallengeDriver { return challenger{enqueuer{s}} }
+
+// TickDriver is the store's challenge tick statements, for the driver
+// suite (storetest).
+func (s *Store) TickDriver() rules.TickDriver { return ticker{s} }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/msgq/msgq/internal/state"
 	"github.com/msgq/msgq/internal/store"
@@ -218,5 +219,65 @@ func testChallengeStatements(t *testing.T, h Harness) {
 		if hs, err := s.MessageHistory(ctx, m.ID); err != nil || len(hs) != 1 {
 			t.Fatalf("step message %s: %d history entries, %v; want its first", m.ID, len(hs), err)
 		}
+	}
+}
+
+// tickDriver is a store's challenge tick statements.
+type tickDriver interface {
+	TickDriver() rules.TickDriver
+}
+
+// testTickStatements is the driver suite of the challenge tick use case:
+// its statements alone, on the store.
+func testTickStatements(t *testing.T, h Harness) {
+	ctx := context.Background()
+	s := h.New(t, nil)
+	d := s.(tickDriver).TickDriver()
+	p := challengeParams("tick-1")
+	c := must[*store.ChallengeResult](t)(s.ChallengeEnqueue(ctx, &p)).Challenge
+	if len(c.Steps) < 2 {
+		t.Fatalf("the test's challenge has %d steps; want two at least", len(c.Steps))
+	}
+	now, err := d.TickClock(ctx, nil, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := c.Steps[1]
+	plan := rules.TickPlan{Outcome: "open", Why: "a test's plan", By: 0, Blocked: 2}
+	err = d.TickTx(ctx, func(tx rules.TickTx) error {
+		got, err := tx.ChallengeOpen(ctx, c.ID)
+		if err != nil || got == nil || got.ID != c.ID || len(got.Steps) != len(c.Steps) {
+			t.Errorf("ChallengeOpen: %+v, %v", got, err)
+		}
+		if none, err := tx.ChallengeOpen(ctx, "no-such-challenge"); err != nil || none != nil {
+			t.Errorf("ChallengeOpen of no challenge: %+v, %v; want nil", none, err)
+		}
+		if ok, err := tx.StepRelease(ctx, c.ID, second.Step, second.Message.ID, now); err != nil || !ok {
+			t.Errorf("StepRelease of a queued step: %t, %v", ok, err)
+		}
+		if ok, err := tx.StepCancel(ctx, rules.StepCancel{Step: second.Step, ID: second.Message.ID, Detail: "a test's cancel"}, store.SourceSend, now); err != nil || !ok {
+			t.Errorf("StepCancel of a queued step: %t, %v", ok, err)
+		}
+		if ok, err := tx.StepRelease(ctx, c.ID, second.Step, second.Message.ID, now); err != nil || ok {
+			t.Errorf("StepRelease of a step no longer queued: %t, %v; want false", ok, err)
+		}
+		if err := tx.StepWhy(ctx, c.ID, second.Step, "a test's why"); err != nil {
+			t.Error(err)
+		}
+		if err := tx.StepsSeen(ctx, c.ID); err != nil {
+			t.Error(err)
+		}
+		return tx.ChallengeUpdate(ctx, c.ID, plan, now)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ChallengeGet(ctx, store.DefaultTenant, "tick-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := got.Steps[1]
+	if !st.Released || st.Why != "a test's why" || st.Message.State != state.Failed || got.Why != "a test's plan" || got.Blocked != 2 {
+		t.Fatalf("after the tick's statements: challenge %+v, step %+v", got, st)
 	}
 }

@@ -61,6 +61,7 @@ func Exercise(t *testing.T, h Harness) {
 	t.Run("EnqueueMany", func(t *testing.T) { t.Parallel(); testEnqueueMany(t, h) })
 	t.Run("EnqueueStatements", func(t *testing.T) { t.Parallel(); testEnqueueStatements(t, h) })
 	t.Run("ChallengeStatements", func(t *testing.T) { t.Parallel(); testChallengeStatements(t, h) })
+	t.Run("TickStatements", func(t *testing.T) { t.Parallel(); testTickStatements(t, h) })
 	t.Run("Get", func(t *testing.T) { t.Parallel(); testGet(t, h) })
 	t.Run("OptOuts", func(t *testing.T) { t.Parallel(); testOptOuts(t, h) })
 	t.Run("Revive", func(t *testing.T) { t.Parallel(); testRevive(t, h) })
