@@ -202,6 +202,14 @@ func TestSQLEnqueueReplaysAndConflicts(t *testing.T) {
 	if err != nil || again != first {
 		t.Fatalf("replay: %q, %v; want %s", again, err, first)
 	}
+	// A NULL parameter is an empty one, in the digest as at the admission.
+	nulls, err := app.enqueue(ctx, app.conn, "key", "k-null", "to_addr", "+15551234567", "template", "t", "params", []*string{nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := app.enqueue(ctx, app.conn, "key", "k-null", "to_addr", "+15551234567", "template", "t", "params", []string{""}); err != nil || again != nulls {
+		t.Fatalf("ARRAY[''] after ARRAY[NULL]: %q, %v; want a replay of %s", again, err, nulls)
+	}
 	p := storetest.Params("k1")
 	if _, err := h.MessageEnqueue(ctx, &p); !errors.As(err, new(*store.ConflictError)) {
 		t.Fatalf("msgq send of the key while it waits in intake: %v; want a conflict", err)
@@ -291,6 +299,7 @@ func TestSQLEnqueueRefusesWhatItCanCheckExactly(t *testing.T) {
 		{"both expiries", "expires_in", append([]any{"key", "k", "expires_in", time.Minute, "expires_at", time.Now().Add(time.Hour)}, ok...)},
 		{"both not_befores", "not_before", append([]any{"key", "k", "not_before_in", time.Minute, "not_before", time.Now().Add(time.Hour)}, ok...)},
 		{"an expiry before not_before", "expires_at", append([]any{"key", "k", "not_before_in", time.Hour, "expires_in", time.Minute}, ok...)},
+		{"a two-dimensional params", "params", []any{"key", "k", "to_addr", "+15551234567", "template", "t", "params", [][]string{{"a"}, {"b"}}}},
 		{"not_before infinity", "not_before", append([]any{"key", "k", "not_before", pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}}, ok...)},
 		{"an expiry past the year 9999", "expires_at", append([]any{"key", "k", "expires_at", time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, ok...)},
 		{"a delay past the year 9999", "not_before", append([]any{"key", "k", "not_before_in", pgtype.Interval{Months: 9000 * 12, Valid: true}}, ok...)},

@@ -149,6 +149,15 @@ BEGIN
     ELSIF v_txt IS NULL AND v_tpl IS NULL THEN
         PERFORM mq_invalid('payload', 'needs a template or text');
     END IF;
+    -- A NULL element is read as an empty parameter by the admission, so
+    -- it is one here too (or a replay would differ from its own call); an
+    -- array of arrays is no list of parameters.
+    IF array_ndims(enqueue.params) > 1 THEN
+        PERFORM mq_invalid('params', 'must be a one-dimensional array of text');
+    END IF;
+    IF array_ndims(enqueue.fallback_params) > 1 THEN
+        PERFORM mq_invalid('fallback_params', 'must be a one-dimensional array of text');
+    END IF;
     IF NOT v_ten ~ '^[A-Za-z0-9._:-]{1,64}$' THEN
         PERFORM mq_invalid('tenant', 'must be 1 to 64 characters of A-Za-z0-9._:-');
     END IF;
@@ -190,10 +199,10 @@ BEGIN
         'to', enqueue.to_addr, 'region', nullif(enqueue.region, ''), 'identity', v_id,
         'channel', nullif(enqueue.channel, ''), 'template', v_tpl,
         'lang', CASE WHEN v_tpl IS NOT NULL THEN coalesce(nullif(enqueue.lang, ''), 'en') ELSE nullif(enqueue.lang, '') END,
-        'params', CASE WHEN cardinality(enqueue.params) > 0 THEN to_jsonb(enqueue.params) END,
+        'params', CASE WHEN cardinality(enqueue.params) > 0 THEN to_jsonb(array_replace(enqueue.params, NULL, '')) END,
         'text', v_txt, 'subject', nullif(enqueue.subject, ''),
         'fallback_template', nullif(enqueue.fallback_template, ''),
-        'fallback_params', CASE WHEN cardinality(enqueue.fallback_params) > 0 THEN to_jsonb(enqueue.fallback_params) END));
+        'fallback_params', CASE WHEN cardinality(enqueue.fallback_params) > 0 THEN to_jsonb(array_replace(enqueue.fallback_params, NULL, '')) END));
     v_digest := encode(sha256(convert_to(v_content::text, 'UTF8')), 'hex');
     v_input := v_content || jsonb_strip_nulls(jsonb_build_object(
         'purpose', nullif(enqueue.purpose, ''), 'ref', nullif(enqueue.ref, ''), 'lane', v_lane,
