@@ -112,11 +112,13 @@ func Decide(steps []Step, now time.Time, o Options) Decision {
 			return d
 		}
 	}
-	// The last released step, and whether every step is done for.
+	// The last released step, and whether every step is done for. A step
+	// no longer queued though never released (a drain took it when it came
+	// due) is out as surely as a released one.
 	last := -1
 	allGone := len(steps) > 0
 	for i, s := range steps {
-		if s.Released {
+		if s.Released || (s.State != state.Queued && !gone(s)) {
 			last = i
 		}
 		if !gone(s) {
@@ -148,6 +150,11 @@ func Decide(steps []Step, now time.Time, o Options) Decision {
 		return d
 	}
 	next := last + 1
+	// A step that failed before its release (an operator canceled it)
+	// went nowhere and can never be released: the one after it is next.
+	for next < len(steps) && gone(steps[next]) {
+		next++
+	}
 	if next >= len(steps) {
 		d.Next = o.Deadline
 		return d

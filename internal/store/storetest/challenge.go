@@ -150,6 +150,39 @@ func testChallenge(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("a step canceled before its release is passed over, not retried for ever", func(t *testing.T) {
+		t.Parallel()
+		clk := NewClock(t0)
+		s := h.New(t, clk.Now)
+		p := challengeParams("held-1")
+		third := p.Steps[1]
+		third.Payload = store.Payload{Text: "Your code is 654321"}
+		third.After = 4 * time.Minute
+		p.Steps = append(p.Steps, third)
+		c1 := start(t, s, p)
+		move(t, s, c1, state.Event{Kind: state.Fail, Reason: state.Permanent})
+		// An operator cancels step 2 while it is held.
+		held := get(t, s, "held-1").Steps[1].Message
+		must[*store.Message](t)(s.MessageTransition(ctx, &store.TransitionParams{ID: held.ID, From: state.Queued,
+			Event: state.Event{Kind: state.Cancel}, Source: store.SourceOperator, Detail: "canceled by a test"}))
+		clk.Advance(3 * time.Minute)
+		tick(t, s)
+		if cs := claim(t, s); len(cs) != 0 {
+			t.Fatalf("claimed %+v before step 3's time", cs)
+		}
+		clk.Advance(2 * time.Minute)
+		if n := must[int](t)(s.ChallengeTick(ctx, &store.TickParams{Source: store.SourceDrain})); n != 1 {
+			t.Fatalf("the tick applied %d plans; want step 3's release", n)
+		}
+		cs := claim(t, s)
+		if len(cs) != 1 || cs[0].Key != "held-1/3" {
+			t.Fatalf("claimed %+v, want step 3", cs)
+		}
+		if c := get(t, s, "held-1"); !c.Steps[2].Released || c.Outcome != "open" {
+			t.Errorf("challenge %+v", c)
+		}
+	})
+
 	t.Run("a queued step is canceled in the transaction that releases the next", func(t *testing.T) {
 		t.Parallel()
 		clk := NewClock(t0)

@@ -232,7 +232,11 @@ type tickDriver interface {
 func testTickStatements(t *testing.T, h Harness) {
 	ctx := context.Background()
 	s := h.New(t, nil)
-	d := s.(tickDriver).TickDriver()
+	dr, ok := s.(tickDriver)
+	if !ok {
+		t.Fatalf("%T has no TickDriver", s)
+	}
+	d := dr.TickDriver()
 	p := challengeParams("tick-1")
 	c := must[*store.ChallengeResult](t)(s.ChallengeEnqueue(ctx, &p)).Challenge
 	if len(c.Steps) < 2 {
