@@ -177,10 +177,7 @@ func (s *Store) ChallengeTick(ctx context.Context, p *store.TickParams) (int, er
 // ticker is the store as rules.TickDriver.
 type ticker struct{ s *Store }
 
-func (t ticker) TickClock(ctx context.Context, tx rules.TickTx, at time.Time) (time.Time, error) {
-	if tx != nil {
-		return t.s.at(ctx, tx.(tickTx).tx, at)
-	}
+func (t ticker) TickClock(ctx context.Context, at time.Time) (time.Time, error) {
 	return t.s.at(ctx, t.s.pool, at)
 }
 
@@ -199,11 +196,18 @@ func (t ticker) ChallengesDue(ctx context.Context, now time.Time, limit int) ([]
 }
 
 func (t ticker) TickTx(ctx context.Context, fn func(rules.TickTx) error) error {
-	return t.s.inTx(ctx, "challenge tick", func(tx pgx.Tx) error { return fn(tickTx{tx}) })
+	return t.s.inTx(ctx, "challenge tick", func(tx pgx.Tx) error { return fn(tickTx{t.s, tx}) })
 }
 
 // tickTx is one challenge's tick as rules.TickTx.
-type tickTx struct{ tx pgx.Tx }
+type tickTx struct {
+	s  *Store
+	tx pgx.Tx
+}
+
+func (t tickTx) Now(ctx context.Context, at time.Time) (time.Time, error) {
+	return t.s.at(ctx, t.tx, at)
+}
 
 // ChallengeOpen skips a challenge another tick holds (SKIP LOCKED): that
 // tick decides it.

@@ -11,10 +11,9 @@ import (
 // TickDriver is what the challenge tick use case (ChallengeTickDue) needs
 // of a store.
 type TickDriver interface {
-	// TickClock is the time a tick decides at: at when it is set (tests,
-	// a caller's own clock), else the store's clock; q is the transaction
-	// to read it in (nil: none).
-	TickClock(ctx context.Context, tx TickTx, at time.Time) (time.Time, error)
+	// TickClock is the time the due challenges are found at: at when it
+	// is set (tests, a caller's own clock), else the store's clock.
+	TickClock(ctx context.Context, at time.Time) (time.Time, error)
 	// ChallengesDue are up to limit open challenges whose next decision is
 	// due at now, or one of whose steps' messages changed state since the
 	// last tick, soonest first.
@@ -26,6 +25,9 @@ type TickDriver interface {
 // TickTx is the statements of one challenge's tick, each one statement
 // with no decision of its own.
 type TickTx interface {
+	// Now is the time this tick decides at, as TickClock, read in the
+	// transaction (under its lock).
+	Now(ctx context.Context, at time.Time) (time.Time, error)
 	// ChallengeOpen reads the open challenge id with its steps, locked
 	// for this transaction (nil: not open, or another tick holds it).
 	ChallengeOpen(ctx context.Context, id string) (*store.Challenge, error)
@@ -60,7 +62,7 @@ func ChallengeTickDue(ctx context.Context, d TickDriver, p *store.TickParams) (i
 	if limit <= 0 {
 		limit = 100
 	}
-	now, err := d.TickClock(ctx, nil, p.Now)
+	now, err := d.TickClock(ctx, p.Now)
 	if err != nil {
 		return 0, err
 	}
@@ -76,7 +78,7 @@ func ChallengeTickDue(ctx context.Context, d TickDriver, p *store.TickParams) (i
 			if err != nil || c == nil {
 				return err
 			}
-			now, err := d.TickClock(ctx, tx, p.Now)
+			now, err := tx.Now(ctx, p.Now)
 			if err != nil {
 				return err
 			}

@@ -86,18 +86,7 @@ func (s *Store) ChallengeEnqueue(ctx context.Context, p *store.ChallengeParams) 
 type challenger struct{ enqueuer }
 
 func (c challenger) ChallengeTx(ctx context.Context, fn func(rules.ChallengeTx) error) error {
-	tx, err := c.s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: challenge enqueue: %w", err)
-	}
-	defer tx.Rollback()
-	if err := fn(challengeTx{c.s, tx}); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: challenge enqueue: commit: %w", err)
-	}
-	return nil
+	return c.s.writeTx(ctx, "challenge enqueue", func(tx *sql.Tx) error { return fn(challengeTx{c.s, tx}) })
 }
 
 // challengeTx is a challenge enqueue's write transaction as
@@ -195,9 +184,7 @@ func (s *Store) ChallengeTick(ctx context.Context, p *store.TickParams) (int, er
 // ticker is the store as rules.TickDriver.
 type ticker struct{ s *Store }
 
-// TickClock reads the store's clock; inside a tick's transaction it is
-// read under the write lock.
-func (t ticker) TickClock(_ context.Context, _ rules.TickTx, at time.Time) (time.Time, error) {
+func (t ticker) TickClock(_ context.Context, at time.Time) (time.Time, error) {
 	if !at.IsZero() {
 		return at, nil
 	}
@@ -227,23 +214,20 @@ func (t ticker) ChallengesDue(ctx context.Context, now time.Time, limit int) ([]
 }
 
 func (t ticker) TickTx(ctx context.Context, fn func(rules.TickTx) error) error {
-	tx, err := t.s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("sqlite: challenge tick: %w", err)
-	}
-	defer tx.Rollback()
-	if err := fn(tickTx{tx}); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: challenge tick: commit: %w", err)
-	}
-	return nil
+	return t.s.writeTx(ctx, "challenge tick", func(tx *sql.Tx) error { return fn(tickTx{t, tx}) })
 }
 
 // tickTx is one challenge's tick as rules.TickTx: the transaction holds
 // the single writer, so what it reads stays as read.
-type tickTx struct{ tx *sql.Tx }
+type tickTx struct {
+	k  ticker
+	tx *sql.Tx
+}
+
+// Now is read under the write lock the transaction holds.
+func (t tickTx) Now(ctx context.Context, at time.Time) (time.Time, error) {
+	return t.k.TickClock(ctx, at)
+}
 
 func (t tickTx) ChallengeOpen(ctx context.Context, id string) (*store.Challenge, error) {
 	return loadChallenge(ctx, t.tx, "id = ? AND outcome = 'open'", id)

@@ -117,16 +117,23 @@ func (e enqueuer) EnqueueTx(ctx context.Context, n int, fn func(rules.EnqueueTx)
 			}
 		}
 	}
-	tx, err := e.s.w.BeginTx(ctx, nil)
+	return e.s.writeTx(ctx, "enqueue", func(tx *sql.Tx) error { return fn(enqueueTx{e.s, tx}) })
+}
+
+// writeTx runs fn in one write transaction (the single writer), committed
+// when fn returns nil and rolled back otherwise; fn's error is returned as
+// it is. what names the operation in the errors of the transaction itself.
+func (s *Store) writeTx(ctx context.Context, what string, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("sqlite: enqueue: %w", err)
+		return fmt.Errorf("sqlite: %s: %w", what, err)
 	}
 	defer tx.Rollback()
-	if err := fn(enqueueTx{e.s, tx}); err != nil {
+	if err := fn(tx); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlite: enqueue: commit: %w", err)
+		return fmt.Errorf("sqlite: %s: commit: %w", what, err)
 	}
 	return nil
 }

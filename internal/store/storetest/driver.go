@@ -242,7 +242,7 @@ func testTickStatements(t *testing.T, h Harness) {
 	if len(c.Steps) < 2 {
 		t.Fatalf("the test's challenge has %d steps; want two at least", len(c.Steps))
 	}
-	now, err := d.TickClock(ctx, nil, time.Time{})
+	now, err := d.TickClock(ctx, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
